@@ -1,0 +1,305 @@
+package tcp
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Connection setup. Every member listens on its own port and publishes
+// "<prefix>/addr/<rank>" in the store; rank i dials every rank j < i and
+// accepts from every j > i, giving one full-duplex TCP connection per pair.
+//
+// Handshake (both directions authenticated with the job's secret, so a
+// stranger cannot join and a connection from another communicator or job is
+// refused):
+//
+//	dialer  → "HVDTCP01" | len(prefix) u16 | prefix | from u32 | to u32 | nonceD[16]
+//	acceptor→ nonceA[16] | HMAC(secret, "A" | prefix | from | to | nonceD)
+//	dialer  → HMAC(secret, "D" | prefix | from | to | nonceA)
+//
+// A refused handshake is logged by closing that connection; the acceptor
+// keeps waiting for the genuine peer until the connect timeout.
+const handshakeMagic = "HVDTCP01"
+
+func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte{role})
+	m.Write([]byte(prefix))
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[0:], from)
+	binary.LittleEndian.PutUint32(b[4:], to)
+	m.Write(b[:])
+	m.Write(nonce)
+	return m.Sum(nil)
+}
+
+func addrKey(prefix string, rank int) string { return prefix + "/addr/" + strconv.Itoa(rank) }
+
+// establish builds the full mesh. It returns conns indexed by peer rank (nil
+// at c.rank).
+func (c *Comm) establish(ctx context.Context, cfg *Config) error {
+	host := cfg.ListenHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return fmt.Errorf("hvd: tcp: listen on %s: %w", host, err)
+	}
+	defer ln.Close()
+	if err := cfg.Store.Set(ctx, addrKey(cfg.Prefix, c.rank), []byte(ln.Addr().String())); err != nil {
+		return fmt.Errorf("hvd: tcp: publish address of rank %d: %w", c.rank, err)
+	}
+
+	type result struct {
+		peer int
+		conn *net.TCPConn
+		err  error
+	}
+	results := make(chan result, c.size)
+	// Accept from higher ranks.
+	nAccept := c.size - 1 - c.rank
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		got := make(map[int]bool)
+		for len(got) < nAccept {
+			if d, ok := ctx.Deadline(); ok {
+				ln.(*net.TCPListener).SetDeadline(d)
+			}
+			conn, err := ln.Accept()
+			if err != nil {
+				if ctx.Err() == nil {
+					results <- result{peer: -1, err: fmt.Errorf("hvd: tcp: accept: %w", err)}
+				}
+				return
+			}
+			peer, err := c.acceptHandshake(conn.(*net.TCPConn), cfg)
+			if err != nil || peer <= c.rank || got[peer] {
+				conn.Close() // refused: wrong job, wrong set, bad secret or duplicate
+				continue
+			}
+			got[peer] = true
+			results <- result{peer: peer, conn: conn.(*net.TCPConn)}
+		}
+	}()
+	// Dial lower ranks.
+	for peer := 0; peer < c.rank; peer++ {
+		go func(peer int) {
+			conn, err := c.dialPeer(ctx, cfg, peer)
+			results <- result{peer: peer, conn: conn, err: err}
+		}(peer)
+	}
+	conns := make([]*net.TCPConn, c.size)
+	var firstErr error
+	for i := 0; i < c.size-1; i++ {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				if firstErr == nil {
+					firstErr = r.err
+				}
+				continue
+			}
+			conns[r.peer] = r.conn
+		case <-ctx.Done():
+			if firstErr == nil {
+				missing := []string{}
+				for p := range conns {
+					if p != c.rank && conns[p] == nil {
+						missing = append(missing, strconv.Itoa(p))
+					}
+				}
+				firstErr = fmt.Errorf("hvd: tcp: rank %d of %q could not connect to rank(s) %s within %v: are they running and reachable? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if start-up is slow)",
+					c.rank, cfg.Prefix, strings.Join(missing, ","), cfg.ConnectTimeout)
+			}
+			i = c.size // stop waiting
+		}
+		if firstErr != nil {
+			break
+		}
+	}
+	ln.Close()
+	<-acceptDone
+	if firstErr != nil {
+		for _, cn := range conns {
+			if cn != nil {
+				cn.Close()
+			}
+		}
+		// Drain late results so their connections are closed too.
+		go func() {
+			for {
+				select {
+				case r := <-results:
+					if r.conn != nil {
+						r.conn.Close()
+					}
+				case <-time.After(cfg.ConnectTimeout):
+					return
+				}
+			}
+		}()
+		return firstErr
+	}
+	c.peers = make([]*peer, c.size)
+	for p, cn := range conns {
+		if cn == nil {
+			continue
+		}
+		pp, err := newPeer(p, cn)
+		if err != nil {
+			for _, cn := range conns {
+				if cn != nil {
+					cn.Close()
+				}
+			}
+			return err
+		}
+		c.peers[p] = pp
+	}
+	return nil
+}
+
+func (c *Comm) dialPeer(ctx context.Context, cfg *Config, peer int) (*net.TCPConn, error) {
+	addr, err := cfg.Store.Get(ctx, addrKey(cfg.Prefix, peer))
+	if err != nil {
+		return nil, fmt.Errorf("hvd: tcp: rank %d: address of rank %d not published: %w", c.rank, peer, err)
+	}
+	var d net.Dialer
+	var conn net.Conn
+	for {
+		conn, err = d.DialContext(ctx, "tcp", string(addr))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w", c.rank, peer, addr, err)
+		}
+		time.Sleep(20 * time.Millisecond) // listener not up yet (ECONNREFUSED): retry
+	}
+	tc := conn.(*net.TCPConn)
+	if err := c.dialHandshake(ctx, tc, cfg, peer); err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("hvd: tcp: rank %d: handshake with rank %d at %s: %w", c.rank, peer, addr, err)
+	}
+	return tc, nil
+}
+
+func (c *Comm) dialHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config, peer int) error {
+	if d, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(d)
+	}
+	defer conn.SetDeadline(time.Time{})
+	nonceD := make([]byte, 16)
+	rand.Read(nonceD)
+	msg := []byte(handshakeMagic)
+	msg = binary.LittleEndian.AppendUint16(msg, uint16(len(cfg.Prefix)))
+	msg = append(msg, cfg.Prefix...)
+	msg = binary.LittleEndian.AppendUint32(msg, uint32(c.rank))
+	msg = binary.LittleEndian.AppendUint32(msg, uint32(peer))
+	msg = append(msg, nonceD...)
+	if _, err := conn.Write(msg); err != nil {
+		return err
+	}
+	reply := make([]byte, 16+sha256.Size)
+	if _, err := io.ReadFull(conn, reply); err != nil {
+		return fmt.Errorf("peer refused the handshake (wrong secret key, job or process set?): %w", err)
+	}
+	if !hmac.Equal(reply[16:], mac(cfg.Secret, 'A', cfg.Prefix, uint32(c.rank), uint32(peer), nonceD)) {
+		return errors.New("peer failed authentication (wrong secret key)")
+	}
+	_, err := conn.Write(mac(cfg.Secret, 'D', cfg.Prefix, uint32(c.rank), uint32(peer), reply[:16]))
+	return err
+}
+
+// acceptHandshake authenticates an incoming connection and returns the
+// dialer's rank.
+func (c *Comm) acceptHandshake(conn *net.TCPConn, cfg *Config) (int, error) {
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	defer conn.SetDeadline(time.Time{})
+	head := make([]byte, len(handshakeMagic)+2)
+	if _, err := io.ReadFull(conn, head); err != nil {
+		return -1, err
+	}
+	if string(head[:len(handshakeMagic)]) != handshakeMagic {
+		return -1, errors.New("not an hvd connection")
+	}
+	plen := int(binary.LittleEndian.Uint16(head[len(handshakeMagic):]))
+	if plen != len(cfg.Prefix) {
+		return -1, errors.New("connection for another communicator")
+	}
+	rest := make([]byte, plen+8+16)
+	if _, err := io.ReadFull(conn, rest); err != nil {
+		return -1, err
+	}
+	if string(rest[:plen]) != cfg.Prefix {
+		return -1, errors.New("connection for another communicator")
+	}
+	from := binary.LittleEndian.Uint32(rest[plen:])
+	to := binary.LittleEndian.Uint32(rest[plen+4:])
+	if to != uint32(c.rank) || int(from) >= c.size {
+		return -1, errors.New("connection for another rank")
+	}
+	nonceA := make([]byte, 16)
+	rand.Read(nonceA)
+	reply := append(nonceA, mac(cfg.Secret, 'A', cfg.Prefix, from, to, rest[plen+8:])...)
+	if _, err := conn.Write(reply); err != nil {
+		return -1, err
+	}
+	got := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(conn, got); err != nil {
+		return -1, err
+	}
+	if !hmac.Equal(got, mac(cfg.Secret, 'D', cfg.Prefix, from, to, nonceA)) {
+		return -1, errors.New("authentication failed")
+	}
+	return int(from), nil
+}
+
+// peer is one established connection, driven with non-blocking syscalls on
+// its file descriptor (see progress.go); the net.TCPConn is kept only to own
+// the descriptor.
+type peer struct {
+	rank int
+	conn *net.TCPConn
+	fd   int
+	addr string
+	// per-pair point-to-point counters
+	p2pSent, p2pRecvd uint64
+}
+
+func newPeer(rank int, conn *net.TCPConn) (*peer, error) {
+	conn.SetNoDelay(true)
+	conn.SetKeepAlive(true)
+	conn.SetKeepAlivePeriod(10 * time.Second)
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	raw.Control(func(f uintptr) {
+		fd = int(f)
+		// Detect a vanished host (no RST) on sends: give up after 60 s of
+		// unacknowledged data.
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, 60000)
+		unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 3)
+	})
+	if fd < 0 {
+		return nil, syscall.EBADF
+	}
+	return &peer{rank: rank, conn: conn, fd: fd, addr: conn.RemoteAddr().String()}, nil
+}

@@ -1,0 +1,236 @@
+package tcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/backends/conformance"
+)
+
+var prefixSeq atomic.Int64
+
+// newComms builds n communicators in this process over loopback TCP.
+func newComms(t testing.TB, n int, tweak func(*Config)) []*Comm {
+	t.Helper()
+	st := backends.NewMemStore()
+	prefix := fmt.Sprintf("test%d", prefixSeq.Add(1))
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := Config{Store: st, Prefix: prefix, Rank: r, Size: n, Secret: []byte("s3cret"), ConnectTimeout: 10 * time.Second, Spin: -1, LocalSize: n}
+			if tweak != nil {
+				tweak(&cfg)
+			}
+			comms[r], errs[r] = New(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
+}
+
+func asComms(cs []*Comm) []backends.Communicator {
+	out := make([]backends.Communicator, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4} {
+		t.Run(fmt.Sprintf("np%d", n), func(t *testing.T) {
+			t.Parallel()
+			conformance.RunAll(t, asComms(newComms(t, n, nil)), conformance.Options{})
+		})
+	}
+}
+
+// The small/large switch must not change results: force every size through
+// the bandwidth algorithms (ring, chain) and through the direct ones.
+func TestConformanceForcedAlgorithms(t *testing.T) {
+	o := conformance.Options{Counts: []int{0, 1, 7, 1001, 70000}}
+	for _, small := range []int{1, 1 << 30} {
+		for _, n := range []int{2, 3, 5} {
+			t.Run(fmt.Sprintf("small%d/np%d", small, n), func(t *testing.T) {
+				conformance.RunAll(t, asComms(newComms(t, n, func(c *Config) { c.SmallBytes = small })), o)
+			})
+		}
+	}
+}
+
+// runAll runs f on every rank concurrently and returns the errors.
+func runAll(comms []*Comm, f func(c *Comm) error) []error {
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = f(c) }()
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestMismatchedCountsNamePeer(t *testing.T) {
+	comms := newComms(t, 2, nil)
+	errs := runAll(comms, func(c *Comm) error {
+		buf := make([]byte, 8*(c.Rank()+1))
+		return c.Allreduce(buf, backends.Float32, backends.Sum)
+	})
+	for r, err := range errs {
+		if !errors.Is(err, backends.ErrPeerFailure) {
+			t.Fatalf("rank %d: want peer failure, got %v", r, err)
+		}
+	}
+	if !strings.Contains(errs[0].Error(), "ranks disagree") && !strings.Contains(errs[1].Error(), "ranks disagree") {
+		t.Fatalf("no rank explains the disagreement: %v / %v", errs[0], errs[1])
+	}
+	// The communicator stays broken.
+	if err := comms[0].Barrier(); !errors.Is(err, backends.ErrPeerFailure) {
+		t.Fatalf("later op: %v", err)
+	}
+}
+
+func TestDifferentOpsNamed(t *testing.T) {
+	comms := newComms(t, 2, nil)
+	errs := runAll(comms, func(c *Comm) error {
+		if c.Rank() == 0 {
+			// The root only sends, so it learns of the problem in its next op.
+			if err := c.Broadcast(make([]byte, 16), 0); err != nil {
+				return err
+			}
+			return c.Barrier()
+		}
+		return c.Allreduce(make([]byte, 16), backends.Float32, backends.Sum)
+	})
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "broadcast") || !strings.Contains(errs[1].Error(), "allreduce") {
+		t.Fatalf("rank 1 should name both ops: %v", errs[1])
+	}
+	if !errors.Is(errs[0], backends.ErrPeerFailure) || !strings.Contains(errs[0].Error(), "ranks disagree") {
+		t.Fatalf("rank 0 should learn why rank 1 stopped: %v", errs[0])
+	}
+}
+
+// A peer that goes away in the middle of a large allreduce: every survivor
+// gets an error naming it, promptly, and the original culprit is named even
+// by ranks that were not connected to it in the failing step.
+func TestPeerDeathDuringAllreduce(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			comms := newComms(t, n, nil)
+			victim := n - 1
+			start := time.Now()
+			errs := runAll(comms, func(c *Comm) error {
+				if c.Rank() == victim {
+					time.Sleep(20 * time.Millisecond)
+					return c.Close()
+				}
+				buf := make([]byte, 64<<20)
+				return c.Allreduce(buf, backends.Float32, backends.Sum)
+			})
+			if d := time.Since(start); d > 10*time.Second {
+				t.Fatalf("survivors took %v to notice", d)
+			}
+			for r, err := range errs[:victim] {
+				var pe *backends.PeerError
+				if !errors.As(err, &pe) {
+					t.Fatalf("rank %d: want PeerError, got %v", r, err)
+				}
+				if !strings.Contains(err.Error(), fmt.Sprintf("rank %d", victim)) {
+					t.Errorf("rank %d: error does not name rank %d: %v", r, victim, err)
+				}
+			}
+		})
+	}
+}
+
+func TestWrongSecretRefused(t *testing.T) {
+	st := backends.NewMemStore()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := New(context.Background(), Config{Store: st, Prefix: "p", Rank: r, Size: 2, Secret: []byte{byte(r)}, ConnectTimeout: time.Second})
+			if c != nil {
+				c.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if errs[0] == nil || errs[1] == nil {
+		t.Fatalf("mesh built despite different secrets: %v %v", errs[0], errs[1])
+	}
+}
+
+func TestUseAfterClose(t *testing.T) {
+	comms := newComms(t, 1, nil)
+	comms[0].Close()
+	if err := comms[0].Barrier(); !errors.Is(err, backends.ErrClosed) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestInvalidArguments(t *testing.T) {
+	c := newComms(t, 2, nil)[0]
+	cases := map[string]error{
+		"odd bytes":    c.Allreduce(make([]byte, 3), backends.Float32, backends.Sum),
+		"bad root":     c.Broadcast(nil, 5),
+		"counts len":   c.Allgatherv(nil, nil, []int{0}),
+		"send to self": c.Send(nil, 0, 1),
+	}
+	for name, err := range cases {
+		if !errors.Is(err, backends.ErrInvalidArgument) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+}
+
+func TestStallTimeout(t *testing.T) {
+	comms := newComms(t, 2, func(c *Config) { c.OpTimeout = 300 * time.Millisecond })
+	err := comms[0].Barrier() // rank 1 never joins
+	if !errors.Is(err, backends.ErrPeerFailure) || !strings.Contains(err.Error(), "no progress") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func BenchmarkAllreduce(b *testing.B) {
+	for _, size := range []int{8, 64 << 10, 4 << 20} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			comms := newComms(b, 2, nil)
+			bufs := [][]byte{make([]byte, size), make([]byte, size)}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			runAll(comms, func(c *Comm) error {
+				for i := 0; i < b.N; i++ {
+					if err := c.Allreduce(bufs[c.Rank()], backends.Float32, backends.Sum); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
