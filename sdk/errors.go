@@ -1,0 +1,28 @@
+package sdk
+
+import (
+	"errors"
+
+	"github.com/hvdorg/hvd/backends"
+)
+
+// Sentinel errors; every error returned by the SDK wraps one of these (or a
+// backends error) and says what, where and what to do.
+var (
+	// ErrNotInitialized: the SDK was used before Init or after Shutdown.
+	ErrNotInitialized = errors.New("hvd: not initialized: call Init first (or the SDK was shut down)")
+	// ErrInvalidArgument: bad arguments detected locally at call time (the
+	// equivalent of Horovod's ValueError).
+	ErrInvalidArgument = backends.ErrInvalidArgument
+	// ErrNotMember: a collective on a process set this rank is not part of.
+	ErrNotMember = errors.New("hvd: not a member of the process set")
+	// ErrUnknownSet: the process set does not exist or was removed.
+	ErrUnknownSet = errors.New("hvd: process set provided does not exist, or has not been registered")
+	// ErrProcessSetMismatch: ranks registered different process sets.
+	ErrProcessSetMismatch = errors.New("hvd: ranks registered different process sets")
+	// ErrMismatch: ranks called a collective with different shapes, dtypes
+	// or parameters.
+	ErrMismatch = errors.New("hvd: ranks disagree on the collective")
+	// ErrPeerFailure: a peer died or broke the protocol (see backends).
+	ErrPeerFailure = backends.ErrPeerFailure
+)

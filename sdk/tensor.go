@@ -1,0 +1,176 @@
+package sdk
+
+import (
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/hvdorg/hvd/backends"
+)
+
+// DType and ReduceOp re-export the backend enums so users need one import.
+type DType = backends.DType
+
+const (
+	Uint8    = backends.Uint8
+	Int8     = backends.Int8
+	Uint16   = backends.Uint16
+	Int16    = backends.Int16
+	Int32    = backends.Int32
+	Int64    = backends.Int64
+	Float16  = backends.Float16
+	Float32  = backends.Float32
+	Float64  = backends.Float64
+	Bool     = backends.Bool
+	BFloat16 = backends.BFloat16
+)
+
+// ReduceOp is a reduction as Horovod names them (Average included).
+type ReduceOp int
+
+// The values follow Horovod's enum (AVERAGE=0, SUM=1, ADASUM=2, MIN=3,
+// MAX=4, PRODUCT=5).
+const (
+	Average ReduceOp = 0
+	Sum     ReduceOp = 1
+	Adasum  ReduceOp = 2
+	Min     ReduceOp = 3
+	Max     ReduceOp = 4
+	Product ReduceOp = 5
+)
+
+func (o ReduceOp) String() string {
+	switch o {
+	case Average:
+		return "average"
+	case Sum:
+		return "sum"
+	case Adasum:
+		return "adasum"
+	case Min:
+		return "min"
+	case Max:
+		return "max"
+	case Product:
+		return "product"
+	}
+	return fmt.Sprintf("ReduceOp(%d)", int(o))
+}
+
+// backendOp maps to the data-plane reduction (Average reduces with Sum).
+func (o ReduceOp) backendOp() (backends.ReduceOp, error) {
+	switch o {
+	case Average, Sum:
+		return backends.Sum, nil
+	case Min:
+		return backends.Min, nil
+	case Max:
+		return backends.Max, nil
+	case Product:
+		return backends.Product, nil
+	case Adasum:
+		return 0, fmt.Errorf("%w: Adasum is not implemented yet", backends.ErrUnsupported)
+	}
+	return 0, fmt.Errorf("%w: unknown reduce op %d", ErrInvalidArgument, int(o))
+}
+
+// Tensor is a dense, contiguous, row-major array in host memory. Data is the
+// tensor's own memory: collectives read it (and in-place ones write it)
+// without copying it first. Shape may be empty for a scalar.
+type Tensor struct {
+	Data  []byte
+	DType DType
+	Shape []int64
+}
+
+// Elem lists the Go element types that map to a DType. float16 and
+// bfloat16 have no Go type: use NewTensor with raw bytes.
+type Elem interface {
+	~uint8 | ~int8 | ~uint16 | ~int16 | ~int32 | ~int64 | ~float32 | ~float64 | ~bool
+}
+
+// DTypeOf returns the DType of a Go element type (named types map through
+// their underlying kind).
+func DTypeOf[T Elem]() DType {
+	switch reflect.TypeFor[T]().Kind() {
+	case reflect.Uint8:
+		return Uint8
+	case reflect.Int8:
+		return Int8
+	case reflect.Uint16:
+		return Uint16
+	case reflect.Int16:
+		return Int16
+	case reflect.Int32:
+		return Int32
+	case reflect.Int64:
+		return Int64
+	case reflect.Float32:
+		return Float32
+	case reflect.Float64:
+		return Float64
+	default:
+		return Bool
+	}
+}
+
+// TensorOf views data as a tensor without copying. With no shape the tensor
+// is 1-D of len(data); otherwise the shape's product must equal len(data).
+func TensorOf[T Elem](data []T, shape ...int64) Tensor {
+	dt := DTypeOf[T]()
+	if len(shape) == 0 {
+		shape = []int64{int64(len(data))}
+	}
+	var b []byte
+	if len(data) > 0 {
+		b = unsafe.Slice((*byte)(unsafe.Pointer(&data[0])), len(data)*dt.Size())
+	}
+	return Tensor{Data: b, DType: dt, Shape: shape}
+}
+
+// SliceOf views a tensor's data as []T (T must match the dtype).
+func SliceOf[T Elem](t Tensor) []T {
+	if DTypeOf[T]() != t.DType {
+		panic(fmt.Sprintf("hvd: SliceOf: tensor is %v", t.DType))
+	}
+	if len(t.Data) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&t.Data[0])), len(t.Data)/t.DType.Size())
+}
+
+// NumElements is the product of the shape (1 for a scalar).
+func (t Tensor) NumElements() int64 {
+	n := int64(1)
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// rowElems is the number of elements in one dim-0 row.
+func (t Tensor) rowElems() int64 {
+	n := int64(1)
+	for _, d := range t.Shape[1:] {
+		n *= d
+	}
+	return n
+}
+
+// validate checks that the shape and the data agree.
+func (t Tensor) validate(op string) error {
+	if !t.DType.Valid() {
+		return fmt.Errorf("%w: %s: unknown dtype %d", ErrInvalidArgument, op, uint8(t.DType))
+	}
+	for i, d := range t.Shape {
+		if d < 0 {
+			return fmt.Errorf("%w: %s: dimension %d is negative (%d)", ErrInvalidArgument, op, i, d)
+		}
+	}
+	if want := t.NumElements() * int64(t.DType.Size()); want != int64(len(t.Data)) {
+		return fmt.Errorf("%w: %s: shape %v of %v needs %d bytes, tensor has %d", ErrInvalidArgument, op, t.Shape, t.DType, want, len(t.Data))
+	}
+	return nil
+}
+
+func cloneShape(s []int64) []int64 { return append([]int64(nil), s...) }

@@ -1,0 +1,417 @@
+// Package sdk is hvd's public Go API: Init, process sets and Horovod's
+// collectives (allreduce, allgather, broadcast, alltoall, reducescatter,
+// barrier, send/recv) with Horovod's semantics, over the data plane in
+// package backends.
+//
+// A World is one rank's view of a job: its identity (rank, size, local and
+// cross ranks, computed after rendezvous), its process sets and one
+// communicator per process set it belongs to. The package-level Init,
+// Shutdown and Current manage a process-wide World as Horovod's hvd.init()
+// does; Start gives an independent World (several in one process run ranks
+// as goroutines in tests).
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/backends/tcp"
+	"github.com/hvdorg/hvd/sdk/rendezvous"
+)
+
+// Config configures Start/Init. The zero value reads everything from the
+// environment the launcher set (see sdk/rendezvous/IDENTITY.md).
+type Config struct {
+	// ProcessSets are the static process sets to register, in order: they
+	// get ids 1, 2, … Every rank must pass the same list in the same order
+	// (checked: a mismatch fails Init on every rank).
+	ProcessSets [][]int
+	// Getenv reads the launch environment; nil means os.LookupEnv.
+	Getenv func(string) (string, bool)
+	// Identity, when set, replaces detection from the environment.
+	Identity *rendezvous.Identity
+	// Store, when set, replaces the rendezvous store (tests run several
+	// ranks in one process on a shared backends.MemStore).
+	Store backends.Store
+	// HostKey, when set, replaces the host identity used to compute local
+	// and cross ranks (tests fake several hosts in one machine).
+	HostKey string
+	// Backend names the data plane: "tcp" (default; also HVD_BACKEND).
+	Backend string
+}
+
+// World is one rank's membership in a job. Its methods are safe for
+// concurrent use; collectives on one process set are serialised.
+type World struct {
+	id     rendezvous.Identity
+	topo   rendezvous.Topology
+	store  backends.Store
+	server *rendezvous.Server
+	client *rendezvous.Client
+	cfg    Config
+	listen string
+	spin   time.Duration
+	opTO   time.Duration
+
+	mu     sync.RWMutex
+	sets   map[int]*ProcessSet
+	order  []int
+	closed atomic.Bool
+}
+
+// Start joins the job described by cfg (and the environment) and returns
+// when every rank has joined, the topology is known, the process sets are
+// verified identical on every rank and their communicators are connected.
+// It fails within HOROVOD_GLOO_TIMEOUT_SECONDS (default 30 s) if peers do
+// not show up.
+func Start(ctx context.Context, cfg Config) (*World, error) {
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	var id rendezvous.Identity
+	if cfg.Identity != nil {
+		id = *cfg.Identity
+	} else {
+		var err error
+		if id, err = rendezvous.DetectIdentity(getenv); err != nil {
+			return nil, err
+		}
+	}
+	if id.Timeout <= 0 {
+		id.Timeout = 30 * time.Second
+	}
+	backend := cfg.Backend
+	if backend == "" {
+		backend, _ = getenv("HVD_BACKEND")
+	}
+	if backend != "" && backend != "tcp" {
+		return nil, fmt.Errorf("%w: backend %q is not available (this build has: tcp)", ErrInvalidArgument, backend)
+	}
+	// Validate the process sets before anything is registered or connected.
+	sets, err := normaliseSets(cfg.ProcessSets, id.Size)
+	if err != nil {
+		return nil, err
+	}
+	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}}
+	if v, ok := getenv("HVD_COLLECTIVE_TIMEOUT_SECONDS"); ok && v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return nil, fmt.Errorf("%w: HVD_COLLECTIVE_TIMEOUT_SECONDS=%q is not a non-negative number", ErrInvalidArgument, v)
+		}
+		w.opTO = time.Duration(f * float64(time.Second))
+	} else {
+		w.opTO = 30 * time.Minute // as torch's gloo default; dead peers are found at once anyway
+	}
+	w.spin = -1
+	if v, ok := getenv("HVD_SPIN_US"); ok && v != "" {
+		us, err := strconv.Atoi(v)
+		if err != nil || us < 0 {
+			return nil, fmt.Errorf("%w: HVD_SPIN_US=%q is not a non-negative integer", ErrInvalidArgument, v)
+		}
+		w.spin = time.Duration(us) * time.Microsecond
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			w.shutdownAll()
+		}
+	}()
+	if err := w.connectStore(); err != nil {
+		return nil, err
+	}
+	w.listen, err = w.listenHost()
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, id.Timeout)
+	defer cancel()
+	hostKey := cfg.HostKey
+	if hostKey == "" {
+		hostKey = rendezvous.HostKey(id.Hostname)
+	}
+	w.topo, err = rendezvous.ComputeTopology(sctx, w.store, id.Rank, id.Size, hostKey)
+	if err != nil {
+		return nil, err
+	}
+	w.id.LocalRank, w.id.LocalSize = w.topo.LocalRank, w.topo.LocalSize
+	w.id.CrossRank, w.id.CrossSize = w.topo.CrossRank, w.topo.CrossSize
+
+	all := make([]int, id.Size)
+	for i := range all {
+		all[i] = i
+	}
+	global, err := w.newComm(sctx, 0, all)
+	if err != nil {
+		return nil, err
+	}
+	w.register(0, all, global)
+	if err := verifySets(global, id.Rank, sets); err != nil {
+		return nil, err
+	}
+	if err := w.buildSets(sctx, 1, sets); err != nil {
+		return nil, err
+	}
+	ok = true
+	return w, nil
+}
+
+// connectStore sets up the rendezvous store: the one given in Config, an
+// in-memory one for a single process, or the HTTP store (served by this
+// process when it is torch-style rank 0).
+func (w *World) connectStore() error {
+	id := w.id
+	switch {
+	case w.cfg.Store != nil:
+		w.store = prefixedStore{w.cfg.Store, fmt.Sprintf("e%d/", id.Epoch)}
+		return nil
+	case id.StoreAddr == "" && id.Size == 1:
+		w.store = backends.NewMemStore()
+		return nil
+	case id.StoreAddr == "":
+		return fmt.Errorf("%w: %d ranks but no rendezvous store address (set HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT or MASTER_ADDR/MASTER_PORT, or start with hvdrun)", ErrInvalidArgument, id.Size)
+	}
+	if id.ServeStore {
+		_, port, err := net.SplitHostPort(id.StoreAddr)
+		if err != nil {
+			return fmt.Errorf("%w: store address %q: %v", ErrInvalidArgument, id.StoreAddr, err)
+		}
+		srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: net.JoinHostPort("0.0.0.0", port), Secret: id.Secret})
+		if err != nil {
+			return fmt.Errorf("hvd: rank 0 could not serve the rendezvous store on port %s: %w", port, err)
+		}
+		w.server = srv
+	}
+	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: id.Timeout})
+	w.store = w.client.Store("hvd")
+	return nil
+}
+
+// listenHost picks the address this rank's communicators listen on:
+// HOROVOD_GLOO_IFACE's IPv4 when set; 127.0.0.1 when the store is on
+// loopback (single-host job); else the local address the kernel uses to
+// reach the store (so it is reachable from the other hosts).
+func (w *World) listenHost() (string, error) {
+	if w.id.Iface != "" {
+		ifc, err := net.InterfaceByName(w.id.Iface)
+		if err != nil {
+			return "", fmt.Errorf("%w: HOROVOD_GLOO_IFACE=%s: %v", ErrInvalidArgument, w.id.Iface, err)
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String(), nil
+			}
+		}
+		return "", fmt.Errorf("%w: HOROVOD_GLOO_IFACE=%s has no IPv4 address", ErrInvalidArgument, w.id.Iface)
+	}
+	if w.id.StoreAddr == "" {
+		return "127.0.0.1", nil
+	}
+	host, port, err := net.SplitHostPort(w.id.StoreAddr)
+	if err != nil {
+		return "", fmt.Errorf("%w: store address %q: %v", ErrInvalidArgument, w.id.StoreAddr, err)
+	}
+	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
+		return "127.0.0.1", nil
+	}
+	c, err := net.Dial("udp", net.JoinHostPort(host, port)) // no packet is sent
+	if err != nil {
+		return "", fmt.Errorf("hvd: cannot find a local address towards the store %s: %w", w.id.StoreAddr, err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
+}
+
+func (w *World) newComm(ctx context.Context, setID int, ranks []int) (backends.Communicator, error) {
+	me := slices.Index(ranks, w.id.Rank)
+	return tcp.New(ctx, tcp.Config{
+		Store: w.store, Prefix: "ps" + strconv.Itoa(setID) + "-" + setHash(ranks),
+		Rank: me, Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
+		ListenHost: w.listen, ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
+		Spin: w.spin, LocalSize: w.topo.LocalSize,
+	})
+}
+
+// buildSets connects the communicators of sets (ids from firstID on) that
+// this rank belongs to, all at once: a rank in several sets must not wait
+// for one set while its peers wait for another.
+func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error {
+	comms := make([]backends.Communicator, len(sets))
+	errs := make([]error, len(sets))
+	var wg sync.WaitGroup
+	for i, ranks := range sets {
+		if !slices.Contains(ranks, w.id.Rank) {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[i], errs[i] = w.newComm(ctx, firstID+i, ranks)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			for _, c := range comms {
+				if c != nil {
+					c.Close()
+				}
+			}
+			return fmt.Errorf("hvd: process set %d %v: %w", firstID+i, sets[i], err)
+		}
+	}
+	for i, ranks := range sets {
+		w.register(firstID+i, ranks, comms[i])
+	}
+	return nil
+}
+
+func (w *World) register(id int, ranks []int, comm backends.Communicator) *ProcessSet {
+	ps := &ProcessSet{w: w, id: id, ranks: ranks, comm: comm, setRank: slices.Index(ranks, w.id.Rank)}
+	w.mu.Lock()
+	w.sets[id] = ps
+	w.order = append(w.order, id)
+	w.mu.Unlock()
+	return ps
+}
+
+// Close leaves the job: every communicator is closed and every process set
+// handle becomes invalid (calls return ErrNotInitialized). Safe to call more
+// than once.
+func (w *World) Close() error {
+	if w.closed.Swap(true) {
+		return nil
+	}
+	w.shutdownAll()
+	return nil
+}
+
+func (w *World) shutdownAll() {
+	w.mu.Lock()
+	sets := w.sets
+	w.sets = map[int]*ProcessSet{}
+	w.order = nil
+	w.mu.Unlock()
+	for _, ps := range sets {
+		if ps.comm != nil {
+			ps.comm.Close()
+		}
+	}
+	if w.client != nil {
+		w.client.Close()
+	}
+	if w.server != nil {
+		// Let peers finish reading keys before the store goes away.
+		w.server.Close()
+	}
+}
+
+func (w *World) alive() error {
+	if w == nil || w.closed.Load() {
+		return ErrNotInitialized
+	}
+	return nil
+}
+
+// Rank is this process's global rank.
+func (w *World) Rank() int { return w.id.Rank }
+
+// Size is the number of ranks in the job.
+func (w *World) Size() int { return w.id.Size }
+
+// LocalRank is this rank's index among the ranks on its host.
+func (w *World) LocalRank() int { return w.id.LocalRank }
+
+// LocalSize is the number of ranks on this host.
+func (w *World) LocalSize() int { return w.id.LocalSize }
+
+// CrossRank is this host's index among hosts that have this local rank.
+func (w *World) CrossRank() int { return w.id.CrossRank }
+
+// CrossSize is the number of hosts that have this local rank.
+func (w *World) CrossSize() int { return w.id.CrossSize }
+
+// IsHomogeneous reports whether every host runs the same number of ranks.
+func (w *World) IsHomogeneous() bool { return w.topo.Homogeneous }
+
+// Hostname is the host name this rank reports.
+func (w *World) Hostname() string { return w.id.Hostname }
+
+// Identity returns the identity as detected and completed by rendezvous.
+func (w *World) Identity() rendezvous.Identity { return w.id }
+
+// GlobalProcessSet returns the set of all ranks (id 0).
+func (w *World) GlobalProcessSet() *ProcessSet {
+	ps, _ := w.ProcessSet(0)
+	return ps
+}
+
+// ProcessSet returns the registered set with this id.
+func (w *World) ProcessSet(id int) (*ProcessSet, error) {
+	if err := w.alive(); err != nil {
+		return nil, err
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	ps, ok := w.sets[id]
+	if !ok {
+		return nil, fmt.Errorf("%w (id %d)", ErrUnknownSet, id)
+	}
+	return ps, nil
+}
+
+// ProcessSets returns every registered set in registration order.
+func (w *World) ProcessSets() []*ProcessSet {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	out := make([]*ProcessSet, 0, len(w.order))
+	for _, id := range w.order {
+		out = append(out, w.sets[id])
+	}
+	return out
+}
+
+// FindProcessSet returns the registered set with exactly these ranks (in
+// any order).
+func (w *World) FindProcessSet(ranks []int) (*ProcessSet, error) {
+	key := slices.Clone(ranks)
+	slices.Sort(key)
+	for _, ps := range w.ProcessSets() {
+		if slices.Equal(ps.ranks, key) {
+			return ps, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: no process set has ranks %v", ErrUnknownSet, ranks)
+}
+
+// prefixedStore namespaces a shared store by epoch.
+type prefixedStore struct {
+	st     backends.Store
+	prefix string
+}
+
+func (p prefixedStore) Set(ctx context.Context, k string, v []byte) error {
+	return p.st.Set(ctx, p.prefix+k, v)
+}
+func (p prefixedStore) Get(ctx context.Context, k string) ([]byte, error) {
+	return p.st.Get(ctx, p.prefix+k)
+}
+
+// setHash names a rank list compactly in store keys and handshakes.
+func setHash(ranks []int) string {
+	h := fnv.New64a()
+	for _, r := range ranks {
+		fmt.Fprintf(h, "%d,", r)
+	}
+	return strconv.FormatUint(h.Sum64(), 16)
+}
