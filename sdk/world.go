@@ -177,6 +177,8 @@ func (w *World) connectStore() error {
 	case id.StoreAddr == "" && id.Size == 1:
 		w.store = backends.NewMemStore()
 		return nil
+	case id.AgentStore:
+		return fmt.Errorf("%w: MASTER_ADDR:MASTER_PORT (%s) is torchrun's agent store, a c10d TCPStore, which hvd cannot use: start with hvdrun, or run torchrun with TORCHELASTIC_USE_AGENT_STORE=False so that rank 0 serves hvd's store", ErrInvalidArgument, id.StoreAddr)
 	case id.StoreAddr == "":
 		return fmt.Errorf("%w: %d ranks but no rendezvous store address (set HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT or MASTER_ADDR/MASTER_PORT, or start with hvdrun)", ErrInvalidArgument, id.Size)
 	}

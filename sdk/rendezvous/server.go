@@ -1,0 +1,456 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Protocol limits and headers shared by Server and Client.
+const (
+	// MaxValueSize bounds a request body (and so a stored value); larger
+	// PUTs get 413.
+	MaxValueSize = 64 << 20
+	// MaxWait caps the server-side hold of GET ?wait_ms=N.
+	MaxWait = 60 * time.Second
+	// HeaderStore is set to "1" on every response of this server. Horovod's
+	// Python server does not send it, so a Client learns from it that long
+	// polling (?wait_ms=N) is available and otherwise polls like Horovod.
+	HeaderStore = "X-Hvd-Store"
+	// headerClosed marks the 503 sent to held requests when the server closes.
+	headerClosed = "X-Hvd-Store-Closed"
+
+	bodyReadTimeout = 30 * time.Second
+	shutdownGrace   = 5 * time.Second
+)
+
+// ServerConfig configures NewServer.
+type ServerConfig struct {
+	// Addr is the listen address, e.g. "0.0.0.0:0" (all interfaces, random
+	// free port, as horovodrun does) or "127.0.0.1:29500". "" means ":0".
+	Addr string
+	// Secret is the job's secret key. nil disables authentication (needed
+	// when horovodrun --gloo workers talk to this store); otherwise every
+	// request must carry a valid X-Hvd-Auth signature (see HeaderAuth).
+	Secret []byte
+}
+
+// Server is the rendezvous key-value store, speaking Horovod's HTTP protocol
+// (runner/http/http_server.py, common/gloo/http_store.cc):
+//
+//	PUT    /<scope>/<key>  body stored, 200
+//	GET    /<scope>/<key>  200 + value, or 404 when absent
+//	GET    /<scope>/<key>?wait_ms=N  held until the key exists (200) or N ms
+//	                       pass (404); N is capped at MaxWait
+//	DELETE /<scope>/<key>  on a plan scope (see Init) key is a rank and marks
+//	                       it finished; once every rank of the scope has
+//	                       finished the whole scope is cleared. On any other
+//	                       scope the key is deleted. 200.
+//
+// Scope and key are single path segments, percent-escaped by clients ('/'
+// inside a key is %2F); the server stores them unescaped. Values are opaque
+// bytes. Errors are 400 (bad path or query), 401 (authentication), 405
+// (method), 408 (body read timed out), 413 (body over MaxValueSize) and 503
+// (server closing), each with a plain-text body that starts with
+// "hvd: rendezvous:".
+//
+// All methods are safe for concurrent use. The server serves from its own
+// goroutines until Close.
+type Server struct {
+	secret    []byte
+	ln        net.Listener
+	srv       *http.Server
+	serveDone chan struct{}
+	closing   chan struct{}
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	data     map[string]map[string][]byte
+	plan     map[string]int
+	finished map[string]map[string]struct{}
+	waiters  map[waitKey]*waiter
+
+	connMu   sync.Mutex
+	newConns map[net.Conn]struct{} // accepted, no request read yet
+
+	requests atomic.Int64 // every request seen, for tests
+	now      func() time.Time
+}
+
+type waitKey struct{ scope, key string }
+
+// waiter is a channel closed when its key is set; n counts the requests
+// holding it so that the entry is dropped when the last one leaves.
+type waiter struct {
+	ch chan struct{}
+	n  int
+}
+
+// NewServer listens on cfg.Addr and starts serving in a background goroutine.
+// The caller owns the server and must call Close. Call Init to declare the
+// plan scopes of a round.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	addr := cfg.Addr
+	if addr == "" {
+		addr = ":0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("hvd: rendezvous: store cannot listen on %q: %w", addr, err)
+	}
+	s := &Server{
+		ln:        ln,
+		serveDone: make(chan struct{}),
+		closing:   make(chan struct{}),
+		data:      map[string]map[string][]byte{},
+		plan:      map[string]int{},
+		finished:  map[string]map[string]struct{}{},
+		waiters:   map[waitKey]*waiter{},
+		newConns:  map[net.Conn]struct{}{},
+		now:       time.Now,
+	}
+	if cfg.Secret != nil {
+		s.secret = append([]byte{}, cfg.Secret...)
+	}
+	s.srv = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ConnState:         s.trackConn,
+	}
+	go func() {
+		defer close(s.serveDone)
+		_ = s.srv.Serve(ln) // returns http.ErrServerClosed after Close
+	}()
+	return s, nil
+}
+
+// Addr is the host:port the server is bound to (the real port when the
+// configured one was 0).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Port is the bound TCP port.
+func (s *Server) Port() int {
+	if a, ok := s.ln.Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
+}
+
+// Init starts a new round: it forgets every key and every finished mark, and
+// records plan, the size of each plan scope (Horovod's host allocation plan:
+// "global" = size, "local_<host>" = local size, "cross_<local_rank>" = cross
+// size; for epoch > 0 name them with EpochScope). The launcher calls it
+// before starting (or restarting) workers. Requests held by ?wait_ms keep
+// waiting for keys of the new round.
+func (s *Server) Init(plan map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.data = map[string]map[string][]byte{}
+	s.finished = map[string]map[string]struct{}{}
+	s.plan = make(map[string]int, len(plan))
+	for k, v := range plan {
+		s.plan[k] = v
+	}
+}
+
+// Close stops the server: held GET ?wait_ms requests are answered at once
+// with 503 (clients report ErrClosed), the listener is closed, and Close
+// waits (at most a few seconds) for handlers and the serve goroutine to
+// finish. It is safe to call more than once and from any goroutine.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- s.srv.Shutdown(ctx) }()
+		// Shutdown waits up to 5 s for connections that were dialed but never
+		// sent a request (a client transport's spare dial); nothing will
+		// come on them, so close them.
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case e := <-done:
+				if e != nil {
+					err = s.srv.Close()
+				}
+				break wait
+			case <-tick.C:
+				s.closeNewConns()
+			}
+		}
+		<-s.serveDone
+	})
+	return err
+}
+
+func (s *Server) trackConn(c net.Conn, st http.ConnState) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if st == http.StateNew {
+		s.newConns[c] = struct{}{}
+	} else {
+		delete(s.newConns, c)
+	}
+}
+
+func (s *Server) closeNewConns() {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	for c := range s.newConns {
+		_ = c.Close()
+		delete(s.newConns, c)
+	}
+}
+
+func (s *Server) fail(w http.ResponseWriter, code int, format string, args ...any) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "hvd: rendezvous: "+format+"\n", args...)
+}
+
+func (s *Server) failClosed(w http.ResponseWriter) {
+	w.Header().Set(headerClosed, "1")
+	w.Header().Set("Connection", "close")
+	s.fail(w, http.StatusServiceUnavailable, "store at %s is shutting down", s.Addr())
+}
+
+// ServeHTTP implements the protocol described on Server. It is exported only
+// to satisfy http.Handler (so the store can also be mounted in tests).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.requests.Add(1)
+	w.Header().Set(HeaderStore, "1")
+	select {
+	case <-s.closing:
+		s.failClosed(w)
+		return
+	default:
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodPut, http.MethodDelete:
+	default:
+		w.Header().Set("Allow", "GET, PUT, DELETE")
+		s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed; the store speaks GET, PUT and DELETE /<scope>/<key>", r.Method)
+		return
+	}
+	if s.secret != nil && r.Header.Get(HeaderAuth) == "" {
+		s.fail(w, http.StatusUnauthorized, "request rejected: no %s header; this store requires the job's secret key (HVD_SECRET_KEY)", HeaderAuth)
+		return
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	if s.secret != nil {
+		if err := verify(s.secret, r.Method, r.RequestURI, r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderAuth), body, s.now()); err != nil {
+			s.fail(w, http.StatusUnauthorized, "request rejected: %v", err)
+			return
+		}
+	}
+	scope, key, err := parsePath(r.URL.EscapedPath())
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	wait, err := parseQuery(r.Method, r.URL.RawQuery)
+	if err != nil {
+		s.fail(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		s.put(scope, key, body)
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+	case http.MethodGet:
+		v, err := s.get(r.Context(), scope, key, wait)
+		switch {
+		case errors.Is(err, ErrClosed):
+			s.failClosed(w)
+		case v == nil:
+			w.Header().Set("Content-Length", "0")
+			w.WriteHeader(http.StatusNotFound)
+		default:
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.Header().Set("Content-Length", strconv.Itoa(len(v)))
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(v)
+		}
+	case http.MethodDelete:
+		if err := s.delete(scope, key); err != nil {
+			s.fail(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		w.Header().Set("Content-Length", "0")
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// readBody reads the whole body under MaxValueSize and a read deadline.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > MaxValueSize {
+		s.fail(w, http.StatusRequestEntityTooLarge, "value of %d bytes is over the limit of %d bytes", r.ContentLength, MaxValueSize)
+		return nil, false
+	}
+	if r.ContentLength == 0 {
+		return []byte{}, true
+	}
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(s.now().Add(bodyReadTimeout))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxValueSize))
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			s.fail(w, http.StatusRequestEntityTooLarge, "value is over the limit of %d bytes", MaxValueSize)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.fail(w, http.StatusRequestTimeout, "timed out after %v reading the request body", bodyReadTimeout)
+		default:
+			s.fail(w, http.StatusBadRequest, "reading the request body: %v", err)
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+// parseQuery accepts only "wait_ms=N" on GET, 0 <= N; N is capped at MaxWait.
+func parseQuery(method, raw string) (time.Duration, error) {
+	if raw == "" {
+		return 0, nil
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return 0, fmt.Errorf("bad query %q: %v", raw, err)
+	}
+	var wait time.Duration
+	for k, vs := range q {
+		if k != "wait_ms" {
+			return 0, fmt.Errorf("unknown query parameter %q (only wait_ms on GET)", k)
+		}
+		if method != http.MethodGet {
+			return 0, fmt.Errorf("wait_ms is only allowed on GET, not %s", method)
+		}
+		if len(vs) != 1 {
+			return 0, fmt.Errorf("wait_ms given %d times", len(vs))
+		}
+		ms, err := strconv.ParseInt(vs[0], 10, 64)
+		if err != nil || ms < 0 {
+			return 0, fmt.Errorf("wait_ms=%q is not a non-negative integer of milliseconds", vs[0])
+		}
+		if ms > MaxWait.Milliseconds() {
+			ms = MaxWait.Milliseconds()
+		}
+		wait = time.Duration(ms) * time.Millisecond
+	}
+	return wait, nil
+}
+
+func (s *Server) put(scope, key string, value []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.data[scope]
+	if sc == nil {
+		sc = map[string][]byte{}
+		s.data[scope] = sc
+	}
+	sc[key] = value
+	wk := waitKey{scope, key}
+	if wt := s.waiters[wk]; wt != nil {
+		close(wt.ch)
+		delete(s.waiters, wk)
+	}
+}
+
+// get returns the value (non-nil, possibly empty) or nil when the key is
+// still absent after wait; ErrClosed when the server closes meanwhile.
+func (s *Server) get(ctx context.Context, scope, key string, wait time.Duration) ([]byte, error) {
+	expired := wait <= 0
+	var timeout <-chan time.Time
+	if !expired {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		timeout = t.C
+	}
+	wk := waitKey{scope, key}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if v, ok := s.data[scope][key]; ok {
+			return v, nil
+		}
+		if expired {
+			return nil, nil
+		}
+		wt := s.waiters[wk]
+		if wt == nil {
+			wt = &waiter{ch: make(chan struct{})}
+			s.waiters[wk] = wt
+		}
+		wt.n++
+		s.mu.Unlock()
+		closed := false
+		select {
+		case <-wt.ch:
+		case <-timeout:
+			expired = true
+		case <-ctx.Done():
+			expired = true
+		case <-s.closing:
+			closed = true
+		}
+		s.mu.Lock()
+		wt.n--
+		if wt.n == 0 && s.waiters[wk] == wt {
+			delete(s.waiters, wk)
+		}
+		if closed {
+			return nil, ErrClosed
+		}
+	}
+}
+
+func (s *Server) delete(scope, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size, isPlan := s.plan[scope]
+	if !isPlan {
+		if sc := s.data[scope]; sc != nil {
+			delete(sc, key)
+			if len(sc) == 0 {
+				delete(s.data, scope)
+			}
+		}
+		return nil
+	}
+	r, err := strconv.Atoi(key)
+	if err != nil || r < 0 || r >= size {
+		return fmt.Errorf("scope %q is a plan scope of %d ranks: DELETE /%s/<rank> marks a rank finished and needs a rank in [0, %d), got %q", scope, size, url.PathEscape(scope), size, key)
+	}
+	fin := s.finished[scope]
+	if fin == nil {
+		fin = map[string]struct{}{}
+		s.finished[scope] = fin
+	}
+	fin[strconv.Itoa(r)] = struct{}{} // a retried DELETE counts once
+	if len(fin) == size {
+		delete(s.data, scope)
+		delete(s.finished, scope)
+	}
+	return nil
+}
