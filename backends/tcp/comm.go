@@ -210,7 +210,7 @@ func (c *Comm) Close() error {
 	defer c.mu.Unlock()
 	for _, p := range c.peers {
 		if p != nil {
-			p.conn.Close()
+			unix.Close(p.fd)
 		}
 	}
 	unix.Close(c.wakeFd)
@@ -260,7 +260,7 @@ func iovecs(vs *[2]unix.Iovec, iov [][]byte) int {
 func readv(fd int, iov [][]byte) (int, error) {
 	var vs [2]unix.Iovec
 	n := iovecs(&vs, iov)
-	r, _, e := unix.Syscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&vs[0])), uintptr(n))
+	r, _, e := unix.RawSyscall(unix.SYS_READV, uintptr(fd), uintptr(unsafe.Pointer(&vs[0])), uintptr(n))
 	if e != 0 {
 		return 0, e
 	}
@@ -272,7 +272,7 @@ func writev(fd int, iov [][]byte) (int, error) {
 	var msg unix.Msghdr
 	msg.Iov = &vs[0]
 	msg.SetIovlen(iovecs(&vs, iov))
-	r, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
+	r, _, e := unix.RawSyscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT)
 	if e != 0 {
 		return 0, e
 	}
