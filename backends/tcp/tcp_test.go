@@ -12,6 +12,7 @@ import (
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/backends/conformance"
+	"golang.org/x/sys/unix"
 )
 
 var prefixSeq atomic.Int64
@@ -233,4 +234,53 @@ func BenchmarkAllreduce(b *testing.B) {
 			})
 		})
 	}
+}
+
+// A peer that sends half a frame header and dies: the receiver reports the
+// broken stream, it does not hang or panic.
+func TestTruncatedFrame(t *testing.T) {
+	comms := newComms(t, 2, nil)
+	p := comms[1].peers[0]
+	if _, err := writev(p.fd, [][]byte{{0x56, 0x48, 1, 0, 9, 9}}); err != nil {
+		t.Fatal(err)
+	}
+	unix.Shutdown(p.fd, unix.SHUT_RDWR)
+	err := comms[0].Recv(make([]byte, 4), 1, 0)
+	if !errors.Is(err, backends.ErrPeerFailure) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// A corrupt header (bad magic) is a protocol error naming the peer.
+func TestCorruptFrame(t *testing.T) {
+	comms := newComms(t, 2, nil)
+	junk := make([]byte, hdrLen)
+	copy(junk, "GET / HTTP/1.1\r\n")
+	if _, err := writev(comms[1].peers[0].fd, [][]byte{junk}); err != nil {
+		t.Fatal(err)
+	}
+	err := comms[0].Recv(make([]byte, 4), 1, 0)
+	if !errors.Is(err, backends.ErrPeerFailure) || !strings.Contains(err.Error(), "corrupt stream") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func FuzzDecodeHeader(f *testing.F) {
+	var b [hdrLen]byte
+	header{kind: kindAllreduce, tag: 1, seq: 2, len: 3}.encode(&b)
+	f.Add(b[:])
+	f.Add([]byte{0x56, 0x48})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, err := decodeHeader(data)
+		if err != nil {
+			return
+		}
+		var back [hdrLen]byte
+		h.encode(&back)
+		if string(back[:]) != string(data[:hdrLen]) {
+			t.Fatalf("round trip: %x -> %+v -> %x", data[:hdrLen], h, back)
+		}
+		_ = h.describe()
+		_ = h.check(header{kind: kindP2P})
+	})
 }
