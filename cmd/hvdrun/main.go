@@ -1,0 +1,83 @@
+// Command hvdrun launches an hvd (or Horovod) job the way `horovodrun --gloo`
+// does: it places -np ranks on the hosts given with -H or --hostfile, serves
+// the rendezvous store, starts every rank (locally, or through ssh) with the
+// HOROVOD_* environment, prefixes their output with the rank, and stops the
+// whole job when one rank fails.
+//
+//	hvdrun -np 4 python train.py
+//	hvdrun -np 8 -H node1:4,node2:4 --network-interfaces eth0 python train.py
+//
+// Exit status: 0 when every rank exited 0; the first failing rank's status
+// (128+signal when it was killed); 2 for usage and configuration errors; 1
+// when the job could not be set up. Run `hvdrun --help` for the flags.
+//
+// The work is done by package internal/launch; this file only wires it to
+// the process: arguments, environment, signals and the rendezvous store.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hvdorg/hvd/internal/launch"
+	"github.com/hvdorg/hvd/sdk/rendezvous"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is hvdrun without os.Exit, returning the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	// Subscribe before anything starts, so that a signal is never lost.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	opts, err := launch.ParseArgs(args)
+	switch {
+	case errors.Is(err, launch.ErrHelp):
+		fmt.Fprint(stdout, launch.Usage())
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "%v\n\n%s", err, launch.Usage())
+		return launch.ExitCode(err)
+	}
+	job, err := launch.NewJob(opts, launch.Runtime{
+		Stdout:   stdout,
+		Stderr:   stderr,
+		Environ:  os.Environ(),
+		NewStore: newStore,
+		Signals:  sigs,
+	})
+	if err == nil {
+		err = job.Run(context.Background())
+	}
+	var ee *launch.ExitError
+	if err != nil && !(errors.As(err, &ee) && ee.Reported) {
+		fmt.Fprintln(stderr, err)
+	}
+	return launch.ExitCode(err)
+}
+
+// newStore starts the job's rendezvous store (package sdk/rendezvous).
+func newStore(addr string, secret []byte) (launch.StoreServer, error) {
+	s, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: addr, Secret: secret})
+	if err != nil {
+		return nil, err
+	}
+	return storeAdapter{s}, nil
+}
+
+// storeAdapter fits *rendezvous.Server to launch.StoreServer.
+type storeAdapter struct{ *rendezvous.Server }
+
+func (a storeAdapter) Init(plan map[string]int) error {
+	a.Server.Init(plan)
+	return nil
+}

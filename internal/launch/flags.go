@@ -1,0 +1,278 @@
+package launch
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options is a parsed hvdrun command line. Zero values and nil pointers mean
+// "not given": the launcher then leaves the matching HOROVOD_* variable to
+// the worker's own environment and default.
+type Options struct {
+	NumProc           int           // -np, --num-proc (required, > 0)
+	Hosts             string        // -H, --hosts "a:2,b:2" (exclusive with Hostfile)
+	Hostfile          string        // -hostfile, --hostfile
+	Env               []string      // -x VAR or -x VAR=value, in command-line order
+	SSHPort           int           // -p, --ssh-port (0 = ssh's default)
+	SSHIdentityFile   string        // -i, --ssh-identity-file
+	StartTimeout      time.Duration // --start-timeout seconds (0 = HOROVOD_START_TIMEOUT or 30 s)
+	OutputDir         string        // --output-filename DIR
+	Verbose           bool          // --verbose
+	TimelineFilename  string        // --timeline-filename → HOROVOD_TIMELINE
+	FusionThresholdMB *float64      // --fusion-threshold-mb → HOROVOD_FUSION_THRESHOLD (bytes)
+	CycleTimeMS       *float64      // --cycle-time-ms → HOROVOD_CYCLE_TIME
+	NetworkInterfaces []string      // --network-interfaces a,b (and repeatable --network-interface)
+	GlooTimeout       *int          // --gloo-timeout-seconds → HOROVOD_GLOO_TIMEOUT_SECONDS
+	CacheCapacity     *int          // --cache-capacity → HOROVOD_CACHE_CAPACITY
+	LogLevel          string        // --log-level, upper case → HOROVOD_LOG_LEVEL
+	Command           []string      // the worker command and its arguments (non-empty)
+}
+
+// flagDef describes one hvdrun flag. names lists every spelling, the
+// canonical one first; takesValue is false for switches.
+type flagDef struct {
+	names      []string
+	metavar    string
+	takesValue bool
+	help       string
+	set        func(o *Options, name, v string) error
+}
+
+// LogLevels are the values --log-level accepts (case-insensitive), as in
+// horovodrun.
+var LogLevels = []string{"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// flagDefs is the flag table; Usage prints it in this order.
+var flagDefs = []flagDef{
+	{names: []string{"-np", "--num-proc"}, metavar: "N", takesValue: true,
+		help: "total number of worker processes (required)",
+		set:  func(o *Options, n, v string) error { return setPositiveInt(&o.NumProc, n, v) }},
+	{names: []string{"-H", "--hosts"}, metavar: "HOST:SLOTS,...", takesValue: true,
+		help: "hosts and their slots (default localhost:<np>)",
+		set:  func(o *Options, n, v string) error { o.Hosts = v; return nil }},
+	{names: []string{"--hostfile", "-hostfile"}, metavar: "FILE", takesValue: true,
+		help: "file with one '<host> slots=<n>' (or '<host>:<n>') per line; # comments",
+		set:  func(o *Options, n, v string) error { o.Hostfile = v; return nil }},
+	{names: []string{"-x"}, metavar: "VAR[=VALUE]", takesValue: true,
+		help: "export VAR (hvdrun's value, or VALUE) to every worker; repeatable",
+		set: func(o *Options, n, v string) error {
+			name, _, _ := strings.Cut(v, "=")
+			if !envNameRE.MatchString(name) {
+				return usageErrorf("%s %q: %q is not a valid environment variable name", n, v, name)
+			}
+			o.Env = append(o.Env, v)
+			return nil
+		}},
+	{names: []string{"-p", "--ssh-port"}, metavar: "PORT", takesValue: true,
+		help: "ssh port for remote hosts",
+		set: func(o *Options, n, v string) error {
+			p, err := strconv.Atoi(v)
+			if err != nil || p < 1 || p > 65535 {
+				return usageErrorf("%s %q: want a port number in 1..65535", n, v)
+			}
+			o.SSHPort = p
+			return nil
+		}},
+	{names: []string{"-i", "--ssh-identity-file"}, metavar: "FILE", takesValue: true,
+		help: "ssh identity file for remote hosts",
+		set:  func(o *Options, n, v string) error { o.SSHIdentityFile = v; return nil }},
+	{names: []string{"--start-timeout"}, metavar: "SECONDS", takesValue: true,
+		help: "time allowed for ssh checks and process start (default $HOROVOD_START_TIMEOUT or 30)",
+		set: func(o *Options, n, v string) error {
+			var s int
+			if err := setPositiveInt(&s, n, v); err != nil {
+				return err
+			}
+			o.StartTimeout = time.Duration(s) * time.Second
+			return nil
+		}},
+	{names: []string{"--output-filename"}, metavar: "DIR", takesValue: true,
+		help: "also write each rank's output to DIR/rank.<rank>/{stdout,stderr}",
+		set:  func(o *Options, n, v string) error { o.OutputDir = v; return nil }},
+	{names: []string{"--verbose"},
+		help: "print the rank assignment and the worker environment to stderr",
+		set:  func(o *Options, n, v string) error { o.Verbose = true; return nil }},
+	{names: []string{"--timeline-filename"}, metavar: "FILE", takesValue: true,
+		help: "write a Horovod timeline (HOROVOD_TIMELINE)",
+		set:  func(o *Options, n, v string) error { o.TimelineFilename = v; return nil }},
+	{names: []string{"--fusion-threshold-mb"}, metavar: "MB", takesValue: true,
+		help: "fusion buffer size in MiB (HOROVOD_FUSION_THRESHOLD, in bytes)",
+		set:  func(o *Options, n, v string) error { return setNonNegFloat(&o.FusionThresholdMB, n, v) }},
+	{names: []string{"--cycle-time-ms"}, metavar: "MS", takesValue: true,
+		help: "background loop cycle time in ms (HOROVOD_CYCLE_TIME)",
+		set:  func(o *Options, n, v string) error { return setNonNegFloat(&o.CycleTimeMS, n, v) }},
+	{names: []string{"--network-interfaces"}, metavar: "IF,...", takesValue: true,
+		help: "network interfaces to use (HOROVOD_GLOO_IFACE=first, NCCL_SOCKET_IFNAME=all)",
+		set: func(o *Options, n, v string) error {
+			o.NetworkInterfaces = nil
+			return addInterfaces(o, n, v)
+		}},
+	{names: []string{"--network-interface"}, metavar: "IF", takesValue: true,
+		help: "deprecated: one interface, repeatable",
+		set:  addInterfaces},
+	{names: []string{"--gloo-timeout-seconds"}, metavar: "SECONDS", takesValue: true,
+		help: "rendezvous and collective timeout (HOROVOD_GLOO_TIMEOUT_SECONDS)",
+		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.GlooTimeout, n, v) }},
+	{names: []string{"--cache-capacity"}, metavar: "N", takesValue: true,
+		help: "response cache entries, 0 disables (HOROVOD_CACHE_CAPACITY)",
+		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.CacheCapacity, n, v) }},
+	{names: []string{"--log-level"}, metavar: "LEVEL", takesValue: true,
+		help: "worker log level: " + strings.Join(LogLevels, ", ") + " (HOROVOD_LOG_LEVEL)",
+		set: func(o *Options, n, v string) error {
+			u := strings.ToUpper(v)
+			for _, l := range LogLevels {
+				if u == l {
+					o.LogLevel = u
+					return nil
+				}
+			}
+			return usageErrorf("%s %q: want one of %s", n, v, strings.Join(LogLevels, ", "))
+		}},
+	{names: []string{"--gloo"},
+		help: "accepted for horovodrun compatibility (hvdrun always launches in Gloo mode)",
+		set:  func(o *Options, n, v string) error { return nil }},
+	{names: []string{"--disable-cache"},
+		help: "accepted for horovodrun compatibility (hvdrun caches nothing)",
+		set:  func(o *Options, n, v string) error { return nil }},
+	{names: []string{"-h", "--help"},
+		help: "print this help",
+		set:  func(o *Options, n, v string) error { return ErrHelp }},
+}
+
+var flagIndex = func() map[string]*flagDef {
+	m := make(map[string]*flagDef)
+	for i := range flagDefs {
+		for _, n := range flagDefs[i].names {
+			if _, dup := m[n]; dup {
+				panic("launch: duplicate flag " + n)
+			}
+			m[n] = &flagDefs[i]
+		}
+	}
+	return m
+}()
+
+// ParseArgs parses hvdrun's arguments (without the program name) the way
+// horovodrun's argparse does: flags may be spelled with one or two dashes as
+// listed in the usage, values follow as the next argument or after '='
+// (`-np 2`, `--num-proc=2`), one-letter flags also take attached values
+// (`-Hhost:2`, `-xFOO=1`), a repeated flag overrides the earlier value except
+// -x and --network-interface which accumulate. "--" or the first argument
+// that does not start with '-' ends the flags; it and everything after it is
+// the command. ParseArgs does no I/O. Errors wrap ErrUsage, or are ErrHelp.
+func ParseArgs(args []string) (*Options, error) {
+	o := &Options{}
+	i := 0
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			i++
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			break
+		}
+		name, val, hasVal := strings.Cut(a, "=")
+		def := flagIndex[name]
+		if def == nil && !strings.HasPrefix(a, "--") && len(a) > 2 {
+			// One-letter flag with its value attached: -Hhost:2, -xFOO=bar, -p2222.
+			if d := flagIndex[a[:2]]; d != nil && d.takesValue {
+				def, name, val, hasVal = d, a[:2], a[2:], true
+			}
+		}
+		if def == nil {
+			return nil, usageErrorf("unknown flag %s", name)
+		}
+		if !def.takesValue {
+			if hasVal {
+				return nil, usageErrorf("flag %s takes no value", name)
+			}
+		} else if !hasVal {
+			if i+1 >= len(args) {
+				return nil, usageErrorf("flag %s needs a value (%s)", name, def.metavar)
+			}
+			i++
+			val = args[i]
+		}
+		if err := def.set(o, name, val); err != nil {
+			return nil, err
+		}
+	}
+	o.Command = append([]string(nil), args[i:]...)
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.NumProc == 0:
+		return usageErrorf("-np/--num-proc is required")
+	case o.Hosts != "" && o.Hostfile != "":
+		return usageErrorf("-H/--hosts and --hostfile are mutually exclusive")
+	case len(o.Command) == 0:
+		return usageErrorf("no command given (usage: hvdrun [flags] [--] command [args...])")
+	}
+	return nil
+}
+
+func setPositiveInt(dst *int, name, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return usageErrorf("%s %q: want a positive integer", name, v)
+	}
+	*dst = n
+	return nil
+}
+
+func setNonNegIntPtr(dst **int, name, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return usageErrorf("%s %q: want a non-negative integer", name, v)
+	}
+	*dst = &n
+	return nil
+}
+
+func setNonNegFloat(dst **float64, name, v string) error {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return usageErrorf("%s %q: want a non-negative number", name, v)
+	}
+	*dst = &f
+	return nil
+}
+
+func addInterfaces(o *Options, name, v string) error {
+	for _, nic := range strings.Split(v, ",") {
+		nic = strings.TrimSpace(nic)
+		if nic == "" || strings.ContainsAny(nic, " \t/") {
+			return usageErrorf("%s %q: want comma-separated interface names", name, v)
+		}
+		o.NetworkInterfaces = append(o.NetworkInterfaces, nic)
+	}
+	return nil
+}
+
+// Usage returns hvdrun's help text.
+func Usage() string {
+	var b strings.Builder
+	b.WriteString("usage: hvdrun -np N [-H host:slots,... | --hostfile FILE] [flags] [--] command [args...]\n\n")
+	b.WriteString("Starts N copies of command as one Horovod job (Gloo mode), serving the\nrendezvous store, and stops every rank when one fails.\n\nflags:\n")
+	for _, d := range flagDefs {
+		spell := strings.Join(d.names, ", ")
+		if d.takesValue {
+			spell += " " + d.metavar
+		}
+		fmt.Fprintf(&b, "  %-40s %s\n", spell, d.help)
+	}
+	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout).\n")
+	return b.String()
+}
