@@ -88,7 +88,7 @@ func TestConformanceAsProcesses(t *testing.T) {
 }
 
 func TestExampleTrainsNP3(t *testing.T) {
-	out, code := hvdrun(t, 2*time.Minute, nil, "-np", "3", bin("linreg"), "-steps", "100")
+	out, code := hvdrun(t, 2*time.Minute, nil, "-np", "3", bin("linreg"))
 	if code != 0 || !strings.Contains(out, "parameters identical on all ranks") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
@@ -108,7 +108,7 @@ func TestTorchStyleLaunch(t *testing.T) {
 	var cmds []*exec.Cmd
 	var outs []*bytes.Buffer
 	for r := 0; r < 2; r++ {
-		cmd := exec.Command(bin("linreg"), "-steps", "60")
+		cmd := exec.Command(bin("linreg"))
 		cmd.Env = append(os.Environ(), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE=2")
 		var b bytes.Buffer

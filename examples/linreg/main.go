@@ -34,7 +34,7 @@ func run() error {
 	steps := flag.Int("steps", 200, "training steps")
 	features := flag.Int("features", 16, "number of features")
 	rows := flag.Int("rows", 4096, "rows of training data per rank")
-	lr := flag.Float64("lr", 0.1, "learning rate")
+	lr := flag.Float64("lr", 0.02, "learning rate")
 	flag.Parse()
 
 	// The process sets must be known before Init and identical everywhere;
@@ -91,7 +91,7 @@ func run() error {
 		for i := range params {
 			params[i] -= *lr * grad[i]
 		}
-		if step%50 == 0 || step == *steps {
+		if step == 1 || step%(max(*steps/5, 1)) == 0 || step == *steps {
 			l := []float64{loss}
 			if err := global.AllreduceInPlace(sdk.TensorOf(l), sdk.ReduceOptions{}); err != nil {
 				return err
