@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -290,8 +289,6 @@ type peer struct {
 	p2pSent, p2pRecvd uint64
 }
 
-var sockBuf, _ = strconv.Atoi(os.Getenv("HVD_SOCKBUF"))
-
 func newPeer(rank int, conn *net.TCPConn) (*peer, error) {
 	defer conn.Close()
 	conn.SetNoDelay(true)
@@ -308,10 +305,6 @@ func newPeer(rank int, conn *net.TCPConn) (*peer, error) {
 		// unacknowledged data.
 		unix.SetsockoptInt(int(f), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, 60000)
 		unix.SetsockoptInt(int(f), unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 3)
-		if sockBuf > 0 {
-			unix.SetsockoptInt(int(f), unix.SOL_SOCKET, unix.SO_SNDBUF, sockBuf)
-			unix.SetsockoptInt(int(f), unix.SOL_SOCKET, unix.SO_RCVBUF, sockBuf)
-		}
 		fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0)
 	})
 	if derr != nil {

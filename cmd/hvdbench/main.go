@@ -93,7 +93,6 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.iters, "n", 0, "ops per sample (0 = by size, as the anchors)")
 	fs.IntVar(&o.samples, "samples", 0, "samples per size (0 = by size)")
 	fs.IntVar(&o.warmup, "w", -1, "warm-up calls (-1 = by size)")
-	fs.BoolVar(&o.check, "c", true, "check results")
 	fs.StringVar(&o.system, "system", "", "system name in the JSON rows (default hvd-<backend>)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: hvdrun -np N hvdbench {%s} [flags]\n", strings.Join(ops, "|"))

@@ -60,6 +60,7 @@ func conform(quick bool) int {
 	}
 	defer sdk.Shutdown()
 	w, _ := sdk.Current()
+	fmt.Printf("rank %d/%d: local %d/%d cross %d/%d homogeneous %v\n", w.Rank(), w.Size(), w.LocalRank(), w.LocalSize(), w.CrossRank(), w.CrossSize(), w.IsHomogeneous())
 	o := conformance.Options{}
 	if quick {
 		o.Counts = []int{0, 1, 7, 1001}

@@ -1,0 +1,84 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMultiHostNetns runs a 3-rank job on two "hosts" — two network
+// namespaces joined by a veth pair — with hvdrun in the first and the
+// remote rank started through an ssh stand-in in the second. Traffic between
+// the hosts crosses the veth (10.77.x.0/24, addresses of this test's own
+// namespaces only). It checks the conformance suite and that local and
+// cross ranks are computed per host.
+func TestMultiHostNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2 (apt-get install iproute2)")
+	}
+	id := os.Getpid() % 200
+	nsA, nsB := fmt.Sprintf("hvde2e%da", id), fmt.Sprintf("hvde2e%db", id)
+	vA, vB := fmt.Sprintf("hv%dva", id), fmt.Sprintf("hv%dvb", id)
+	ipA, ipB := fmt.Sprintf("10.77.%d.1", id), fmt.Sprintf("10.77.%d.2", id)
+	sh := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	exec.Command("ip", "netns", "del", nsA).Run()
+	exec.Command("ip", "netns", "del", nsB).Run()
+	sh("netns", "add", nsA)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsA).Run() })
+	sh("netns", "add", nsB)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsB).Run() })
+	sh("link", "add", vA, "type", "veth", "peer", "name", vB)
+	sh("link", "set", vA, "netns", nsA)
+	sh("link", "set", vB, "netns", nsB)
+	sh("-n", nsA, "addr", "add", ipA+"/24", "dev", vA)
+	sh("-n", nsB, "addr", "add", ipB+"/24", "dev", vB)
+	for _, ns := range []string{nsA, nsB} {
+		sh("-n", ns, "link", "set", "lo", "up")
+	}
+	sh("-n", nsA, "link", "set", vA, "up")
+	sh("-n", nsB, "link", "set", vB, "up")
+
+	dir := t.TempDir()
+	hostMap := filepath.Join(dir, "hosts")
+	os.WriteFile(hostMap, []byte(fmt.Sprintf("%s %s\n%s %s\n", ipA, nsA, ipB, nsB)), 0o644)
+	sshStub, _ := filepath.Abs("testdata/netns-ssh")
+
+	cmd := exec.Command("ip", "netns", "exec", nsA, bin("hvdrun"), "-np", "3", "-H", ipA+":2,"+ipB+":1", bin("hvdconform"))
+	cmd.Env = append(os.Environ(), "HVD_SSH="+sshStub, "HVD_TEST_NETNS_MAP="+hostMap)
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatalf("multi-host job hung")
+	}
+	text := string(out)
+	t.Logf("%s", tail(text, 12))
+	if err != nil || strings.Count(text, "passed, 0 failed") != 3 {
+		t.Fatalf("multi-host conformance failed (%v):\n%s", err, tail(text, 60))
+	}
+	for _, want := range []string{
+		"[0]<stdout>:rank 0/3: local 0/2 cross 0/2 homogeneous false",
+		"[1]<stdout>:rank 1/3: local 1/2 cross 0/1 homogeneous false",
+		"[2]<stdout>:rank 2/3: local 0/1 cross 1/2 homogeneous false",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("missing %q in:\n%s", want, tail(text, 40))
+		}
+	}
+}
