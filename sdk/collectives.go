@@ -274,29 +274,21 @@ func (ps *ProcessSet) Barrier() error {
 // from one rank to another are received in the order sent; tags and sizes
 // must match the receiver's Recv.
 func (ps *ProcessSet) Send(t Tensor, dst int, tag uint32) error {
-	const op = "send"
-	if err := t.validate(op); err != nil {
-		return err
-	}
-	d, err := ps.setRankOf(op, "destination rank", dst)
-	if err != nil {
-		return err
-	}
-	unlock, err := ps.enter(op)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return ps.wrap(op, ps.comm.Send(t.Data, d, tag))
+	return ps.p2p("send", "destination rank", t, dst, func(b []byte, peer int) error { return ps.comm.Send(b, peer, tag) })
 }
 
 // Recv fills t with a message from global rank src (a member of the set).
 func (ps *ProcessSet) Recv(t Tensor, src int, tag uint32) error {
-	const op = "recv"
+	return ps.p2p("recv", "source rank", t, src, func(b []byte, peer int) error { return ps.comm.Recv(b, peer, tag) })
+}
+
+// p2p validates a point-to-point call, translates the global peer rank and
+// runs f on the set's communicator.
+func (ps *ProcessSet) p2p(op, what string, t Tensor, global int, f func(buf []byte, peer int) error) error {
 	if err := t.validate(op); err != nil {
 		return err
 	}
-	s, err := ps.setRankOf(op, "source rank", src)
+	peer, err := ps.setRankOf(op, what, global)
 	if err != nil {
 		return err
 	}
@@ -305,7 +297,7 @@ func (ps *ProcessSet) Recv(t Tensor, src int, tag uint32) error {
 		return err
 	}
 	defer unlock()
-	return ps.wrap(op, ps.comm.Recv(t.Data, s, tag))
+	return ps.wrap(op, f(t.Data, peer))
 }
 
 // wrap adds the process set to a backend error.

@@ -171,9 +171,7 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 	if p != nil {
 		pe.Peer, pe.Global, pe.Addr = p.rank, c.globalOf(p.rank), p.addr
 	}
-	var perr errProtocol
-	switch {
-	case p != nil && (errors.Is(err, errEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)):
+	if p != nil && (errors.Is(err, errEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)) {
 		// Did the peer abort on purpose? It publishes why before closing.
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		reason, gerr := c.store.Get(ctx, abortKey(c.prefix, p.rank))
@@ -183,7 +181,6 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 		} else {
 			pe.Err = fmt.Errorf("connection lost (%v): the process died or closed the communicator", err)
 		}
-	case errors.As(err, &perr):
 	}
 	c.broken = pe
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

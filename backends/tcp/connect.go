@@ -82,7 +82,10 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 			}
 			conn, err := ln.Accept()
 			if err != nil {
-				if ctx.Err() == nil {
+				// A deadline is reported by the main loop, which names the
+				// ranks that did not connect.
+				var ne net.Error
+				if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
 					results <- result{peer: -1, err: fmt.Errorf("hvd: tcp: accept: %w", err)}
 				}
 				return
@@ -120,11 +123,15 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 				missing := []string{}
 				for p := range conns {
 					if p != c.rank && conns[p] == nil {
-						missing = append(missing, strconv.Itoa(p))
+						m := strconv.Itoa(p)
+						if g := c.globalOf(p); g >= 0 && g != p {
+							m += fmt.Sprintf(" (global rank %d)", g)
+						}
+						missing = append(missing, m)
 					}
 				}
-				firstErr = fmt.Errorf("hvd: tcp: rank %d of %q could not connect to rank(s) %s within %v: are they running and reachable? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if start-up is slow)",
-					c.rank, cfg.Prefix, strings.Join(missing, ","), cfg.ConnectTimeout)
+				firstErr = fmt.Errorf("hvd: tcp: rank %d could not connect to rank(s) %s of communicator %q within %v: are they running and reachable? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if start-up is slow)",
+					c.rank, strings.Join(missing, ", "), cfg.Prefix, cfg.ConnectTimeout)
 			}
 			i = c.size // stop waiting
 		}

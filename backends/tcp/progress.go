@@ -268,7 +268,7 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 				err = h.check(x.h)
 			}
 			if err != nil {
-				return 0, errProtocol{err}
+				return 0, err
 			}
 		}
 	}
@@ -281,8 +281,3 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 	}
 	return moved, nil
 }
-
-// errProtocol marks a header mismatch: the peer is alive but disagrees.
-type errProtocol struct{ error }
-
-func (e errProtocol) Unwrap() error { return e.error }

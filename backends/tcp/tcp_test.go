@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -287,4 +288,62 @@ func FuzzDecodeHeader(f *testing.F) {
 		_ = h.describe()
 		_ = h.check(header{kind: kindP2P})
 	})
+}
+
+// Building, using, breaking and closing communicators leaves no goroutine
+// behind.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		st := backends.NewMemStore()
+		comms := make([]*Comm, 3)
+		var wg sync.WaitGroup
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				comms[r], _ = New(context.Background(), Config{Store: st, Prefix: "leak", Rank: r, Size: 3, ConnectTimeout: 5 * time.Second})
+			}()
+		}
+		wg.Wait()
+		runAll(comms, func(c *Comm) error { return c.Allreduce(make([]byte, 1<<20), backends.Float32, backends.Sum) })
+		comms[2].Close() // breaks the others' next op
+		runAll(comms[:2], func(c *Comm) error { return c.Barrier() })
+		for _, c := range comms {
+			c.Close()
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines before, %d after", before, n)
+	}
+}
+
+// A rank that never starts: the others fail within the connect timeout,
+// naming it.
+func TestMissingRankTimesOut(t *testing.T) {
+	st := backends.NewMemStore()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = New(context.Background(), Config{Store: st, Prefix: "missing", Rank: r, Size: 3, ConnectTimeout: 500 * time.Millisecond})
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if err == nil || !strings.Contains(err.Error(), "rank(s) 2") || !strings.Contains(err.Error(), "HOROVOD_GLOO_TIMEOUT_SECONDS") {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
 }
