@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // DType is an element type. The numbering follows Horovod's wire enum
@@ -165,6 +166,26 @@ type Communicator interface {
 
 	// Close releases the connections; it is safe to call more than once.
 	Close() error
+}
+
+// Messenger is implemented by backends that move variable-length control
+// messages in one hop (the engine's negotiation). Both are collective.
+type Messenger interface {
+	// GatherMsgs: every member sends msg to root; root returns all of them
+	// indexed by rank, the others nil.
+	GatherMsgs(msg []byte, root int) ([][]byte, error)
+	// BcastMsg returns root's msg on every member.
+	BcastMsg(msg []byte, root int) ([]byte, error)
+}
+
+// Idler lets the communicator's single user goroutine sleep until a peer
+// starts talking, so an idle engine needs no polling cycle.
+type Idler interface {
+	// Idle blocks until a peer sent data (incoming = true), Kick was called,
+	// timeout passed (< 0: none) or the communicator closed (error).
+	Idle(timeout time.Duration) (incoming bool, err error)
+	// Kick wakes Idle; safe from any goroutine.
+	Kick()
 }
 
 // Store is the key-value store used to exchange addresses when a

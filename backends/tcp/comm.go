@@ -82,14 +82,19 @@ type Comm struct {
 	seq    uint64     // collectives started
 	broken error
 	closed atomic.Bool
-	wakeFd int
+	wakeFd int // signalled by Close
+	kickFd int // signalled by Kick (wakes Idle)
 
 	iov     [][]byte
 	scratch []byte   // reused receive space (direct algorithms)
 	rings   [][]byte // reused reduce rings, one per concurrent reducer
 }
 
-var _ backends.Communicator = (*Comm)(nil)
+var (
+	_ backends.Communicator = (*Comm)(nil)
+	_ backends.Messenger    = (*Comm)(nil)
+	_ backends.Idler        = (*Comm)(nil)
+)
 
 // New builds the communicator: it listens, publishes its address, and
 // connects to every other member. It returns when the mesh is complete, or
@@ -117,11 +122,16 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		return nil, fmt.Errorf("hvd: tcp: eventfd: %w", err)
 	}
 	c.wakeFd = fd
+	if c.kickFd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("hvd: tcp: eventfd: %w", err)
+	}
 	if cfg.Size > 1 {
 		cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		defer cancel()
 		if err := c.establish(cctx, &cfg); err != nil {
 			unix.Close(fd)
+			unix.Close(c.kickFd)
 			return nil, err
 		}
 	}
@@ -211,6 +221,7 @@ func (c *Comm) Close() error {
 		}
 	}
 	unix.Close(c.wakeFd)
+	unix.Close(c.kickFd)
 	return nil
 }
 

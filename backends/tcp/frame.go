@@ -33,10 +33,12 @@ const (
 	kindReduceScatter
 	kindBarrier
 	kindP2P
+	kindGather
+	kindBcastMsg
 	numKinds
 )
 
-var kindNames = [...]string{"", "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "send/recv"}
+var kindNames = [...]string{"", "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "send/recv", "control gather", "control broadcast"}
 
 func (k msgKind) String() string {
 	if k == 0 || k >= numKinds {

@@ -33,18 +33,19 @@ import (
 //     eventfd used by Close. Spin is 0 when ranks outnumber cores, so
 //     oversubscribed jobs stay fair.
 type xfer struct {
-	p     *peer
-	send  bool
-	h     header
-	hb    [hdrLen]byte // encoded header (send) or received bytes (recv)
-	hoff  int
-	data  []byte // send source, or receive destination when red == nil
-	doff  int
-	red   *reducer // receive-and-reduce into red.dst through a scratch ring
-	feed  *xfer    // send: only bytes feed has finished may be sent
-	after *xfer    // must complete before this one starts
-	prev  *xfer    // previous transfer on the same stream (set by run)
-	done  bool
+	p      *peer
+	send   bool
+	h      header
+	hb     [hdrLen]byte // encoded header (send) or received bytes (recv)
+	hoff   int
+	data   []byte // send source, or receive destination when red == nil
+	doff   int
+	red    *reducer // receive-and-reduce into red.dst through a scratch ring
+	feed   *xfer    // send: only bytes feed has finished may be sent
+	after  *xfer    // must complete before this one starts
+	anyLen bool     // receive: the length comes from the header (control messages)
+	prev   *xfer    // previous transfer on the same stream (set by run)
+	done   bool
 }
 
 // finished is the number of payload bytes that are final: received and (for
@@ -235,9 +236,12 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 		iov = append(iov, x.hb[x.hoff:])
 	}
 	var dst []byte
-	if x.red != nil {
+	switch {
+	case x.anyLen && x.hoff < hdrLen:
+		// length unknown until the header is in
+	case x.red != nil:
 		dst = x.red.window(x.doff)
-	} else {
+	default:
 		dst = x.data[x.doff:]
 	}
 	if len(dst) > 0 {
@@ -264,6 +268,13 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 		n -= k
 		if x.hoff == hdrLen {
 			h, err := decodeHeader(x.hb[:])
+			if err == nil && x.anyLen {
+				if h.len > maxMsgBytes {
+					return 0, fmt.Errorf("corrupt stream: control message of %d bytes (limit %d)", h.len, maxMsgBytes)
+				}
+				x.h.len = h.len
+				x.data = make([]byte, h.len)
+			}
 			if err == nil {
 				err = h.check(x.h)
 			}

@@ -347,3 +347,77 @@ func TestMissingRankTimesOut(t *testing.T) {
 		}
 	}
 }
+
+func TestControlMessages(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4} {
+		comms := newComms(t, n, nil)
+		root := n - 1
+		errs := runAll(comms, func(c *Comm) error {
+			msg := []byte(strings.Repeat(fmt.Sprint(c.Rank()), c.Rank()*1000)) // rank 0 sends nothing
+			all, err := c.GatherMsgs(msg, root)
+			if err != nil {
+				return err
+			}
+			if c.Rank() != root {
+				if all != nil {
+					return errors.New("non-root got messages")
+				}
+			} else {
+				for r, m := range all {
+					if len(m) != r*1000 || (r > 0 && m[0] != byte('0'+r)) {
+						return fmt.Errorf("message of rank %d: %d bytes", r, len(m))
+					}
+				}
+			}
+			var b []byte
+			if c.Rank() == root {
+				b = []byte("responses")
+			}
+			got, err := c.BcastMsg(b, root)
+			if err != nil {
+				return err
+			}
+			if string(got) != "responses" {
+				return fmt.Errorf("bcast got %q", got)
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("np%d rank %d: %v", n, r, err)
+			}
+		}
+	}
+}
+
+func TestIdleWakesOnIncomingAndKick(t *testing.T) {
+	comms := newComms(t, 2, nil)
+	// Kick wakes without incoming data.
+	go func() { time.Sleep(20 * time.Millisecond); comms[0].Kick() }()
+	in, err := comms[0].Idle(5 * time.Second)
+	if err != nil || in {
+		t.Fatalf("kick: incoming=%v err=%v", in, err)
+	}
+	// Timeout.
+	start := time.Now()
+	if in, err := comms[0].Idle(30 * time.Millisecond); err != nil || in || time.Since(start) < 25*time.Millisecond {
+		t.Fatalf("timeout: incoming=%v err=%v after %v", in, err, time.Since(start))
+	}
+	// A peer starting a collective wakes the idle rank, which then joins it.
+	done := make(chan error, 1)
+	go func() { done <- comms[1].Barrier() }()
+	if in, err := comms[0].Idle(5 * time.Second); err != nil || !in {
+		t.Fatalf("incoming: %v %v", in, err)
+	}
+	if err := comms[0].Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Close wakes Idle with an error.
+	go func() { time.Sleep(20 * time.Millisecond); comms[0].Close() }()
+	if _, err := comms[0].Idle(5 * time.Second); !errors.Is(err, backends.ErrClosed) {
+		t.Fatalf("close: %v", err)
+	}
+}

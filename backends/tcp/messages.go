@@ -1,0 +1,131 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hvdorg/hvd/backends"
+)
+
+// Control messages for the engine's negotiation: variable-length gather to
+// and broadcast from one rank. The receiver learns the length from the frame
+// header (bounded by maxMsgBytes), so nobody has to agree on sizes first and
+// each costs a single hop.
+const maxMsgBytes = 256 << 20
+
+// GatherMsgs implements backends.Messenger: every member sends msg to root;
+// root returns all messages indexed by rank (its own included), the others
+// return nil.
+func (c *Comm) GatherMsgs(msg []byte, root int) ([][]byte, error) {
+	if root < 0 || root >= c.size {
+		return nil, fmt.Errorf("%w: gather root %d outside communicator of size %d", backends.ErrInvalidArgument, root, c.size)
+	}
+	seq, err := c.begin(true)
+	if err != nil {
+		return nil, err
+	}
+	defer c.end()
+	if c.rank != root {
+		return nil, c.run("gather", []*xfer{c.sendTo(root, kindGather, seq, 0, msg)})
+	}
+	out := make([][]byte, c.size)
+	out[root] = msg
+	xs := make([]*xfer, 0, c.size-1)
+	for d := 1; d < c.size; d++ {
+		x := c.recvFrom((root+d)%c.size, kindGather, seq, 0, nil)
+		x.anyLen = true
+		xs = append(xs, x)
+	}
+	if err := c.run("gather", xs); err != nil {
+		return nil, err
+	}
+	for _, x := range xs {
+		out[x.p.rank] = x.data
+	}
+	return out, nil
+}
+
+// BcastMsg implements backends.Messenger: root's msg, of any length, is
+// returned on every member.
+func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
+	if root < 0 || root >= c.size {
+		return nil, fmt.Errorf("%w: broadcast root %d outside communicator of size %d", backends.ErrInvalidArgument, root, c.size)
+	}
+	seq, err := c.begin(true)
+	if err != nil {
+		return nil, err
+	}
+	defer c.end()
+	if c.rank == root {
+		xs := make([]*xfer, 0, c.size-1)
+		for d := 1; d < c.size; d++ {
+			xs = append(xs, c.sendTo((root+d)%c.size, kindBcastMsg, seq, 0, msg))
+		}
+		return msg, c.run("broadcast", xs)
+	}
+	x := c.recvFrom(root, kindBcastMsg, seq, 0, nil)
+	x.anyLen = true
+	if err := c.run("broadcast", []*xfer{x}); err != nil {
+		return nil, err
+	}
+	return x.data, nil
+}
+
+// Idle implements backends.Idler: it blocks until a peer has sent something
+// (or closed its connection), Kick is called, timeout passes (< 0: no
+// limit), or the communicator is closed. It consumes nothing. It must be
+// called by the communicator's single user goroutine, between operations.
+func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
+	c.mu.Lock() // Close signals wakeFd, then waits for this to return
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return false, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
+	}
+	if c.broken != nil {
+		return true, nil // let the next operation report it
+	}
+	pfds := make([]unix.PollFd, 0, c.size+1)
+	pfds = append(pfds, unix.PollFd{Fd: int32(c.wakeFd), Events: unix.POLLIN}, unix.PollFd{Fd: int32(c.kickFd), Events: unix.POLLIN})
+	for _, p := range c.peers {
+		if p != nil {
+			pfds = append(pfds, unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN})
+		}
+	}
+	ms := -1
+	if timeout >= 0 {
+		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)
+	}
+	for {
+		_, err := unix.Poll(pfds, ms)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("hvd: tcp: poll: %w", err)
+		}
+		break
+	}
+	if c.closed.Load() {
+		return false, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
+	}
+	if pfds[1].Revents != 0 {
+		var b [8]byte
+		unix.Read(c.kickFd, b[:]) // drain
+	}
+	for _, p := range pfds[2:] {
+		if p.Revents != 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Kick wakes a goroutine blocked in Idle; safe from any goroutine.
+func (c *Comm) Kick() {
+	var one [8]byte
+	one[0] = 1
+	unix.Write(c.kickFd, one[:])
+}
