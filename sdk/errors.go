@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
 // Sentinel errors; every error returned by the SDK wraps one of these (or a
@@ -20,9 +21,11 @@ var (
 	ErrUnknownSet = errors.New("hvd: process set provided does not exist, or has not been registered")
 	// ErrProcessSetMismatch: ranks registered different process sets.
 	ErrProcessSetMismatch = errors.New("hvd: ranks registered different process sets")
-	// ErrMismatch: ranks called a collective with different shapes, dtypes
-	// or parameters.
-	ErrMismatch = errors.New("hvd: ranks disagree on the collective")
+	// ErrMismatch: negotiation found that ranks called a collective with
+	// different shapes, dtypes or parameters (returned by Handle.Wait).
+	ErrMismatch = engine.ErrMismatch
+	// ErrShutdown: the SDK or the set was shut down before the op completed.
+	ErrShutdown = engine.ErrShutdown
 	// ErrPeerFailure: a peer died or broke the protocol (see backends).
 	ErrPeerFailure = backends.ErrPeerFailure
 )

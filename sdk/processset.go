@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
 // ProcessSet is a registered group of global ranks with its own
@@ -19,8 +20,9 @@ type ProcessSet struct {
 	id      int
 	ranks   []int // sorted, unique global ranks
 	setRank int   // this rank's index in ranks, -1 if not a member
-	comm    backends.Communicator
-	mu      sync.Mutex
+	eng     *engine.Engine        // negotiation and collectives (members only)
+	p2p     backends.Communicator // send/recv and direct data-plane use (members only)
+	counter atomic.Int64          // automatic names
 }
 
 // ID is the set's id (0 is the global set).
@@ -43,9 +45,11 @@ func (ps *ProcessSet) Rank() (int, error) {
 	return ps.setRank, nil
 }
 
-// Communicator exposes the set's data plane (benchmarks, advanced use);
-// nil on non-members.
-func (ps *ProcessSet) Communicator() backends.Communicator { return ps.comm }
+// Communicator exposes a data-plane communicator of the set for direct use
+// (benchmarks, advanced use): the mesh that carries Send/Recv, separate from
+// the one the engine negotiates on, so it must not be used concurrently
+// with Send/Recv on this set. nil on non-members.
+func (ps *ProcessSet) Communicator() backends.Communicator { return ps.p2p }
 
 func (ps *ProcessSet) String() string {
 	return fmt.Sprintf("ProcessSet(process_set_id=%d, ranks=%v)", ps.id, ps.ranks)
@@ -55,26 +59,24 @@ func (ps *ProcessSet) notMember(op string) error {
 	return fmt.Errorf("%w: %s: rank %d is not a member of process set %d %v", ErrNotMember, op, ps.w.id.Rank, ps.id, ps.ranks)
 }
 
-// enter checks that the set can run op on this rank and locks it; the
-// returned func unlocks.
-func (ps *ProcessSet) enter(op string) (func(), error) {
+// usable checks, at call time, that this rank may run op on the set.
+func (ps *ProcessSet) usable(op string) error {
 	if ps == nil {
-		return nil, fmt.Errorf("%w: %s: nil process set", ErrUnknownSet, op)
+		return fmt.Errorf("%w: %s: nil process set", ErrUnknownSet, op)
 	}
 	if err := ps.w.alive(); err != nil {
-		return nil, err
+		return err
 	}
 	ps.w.mu.RLock()
 	cur, ok := ps.w.sets[ps.id]
 	ps.w.mu.RUnlock()
 	if !ok || cur != ps {
-		return nil, fmt.Errorf("%w: %s: process set %d", ErrUnknownSet, op, ps.id)
+		return fmt.Errorf("%w: %s: process set %d", ErrUnknownSet, op, ps.id)
 	}
 	if ps.setRank < 0 {
-		return nil, ps.notMember(op)
+		return ps.notMember(op)
 	}
-	ps.mu.Lock()
-	return ps.mu.Unlock, nil
+	return nil
 }
 
 // setRankOf translates a global rank to its index in the set.

@@ -25,6 +25,8 @@ import (
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/backends/tcp"
+	"github.com/hvdorg/hvd/sdk/internal/engine"
+	"github.com/hvdorg/hvd/sdk/internal/timeline"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
@@ -47,6 +49,8 @@ type Config struct {
 	HostKey string
 	// Backend names the data plane: "tcp" (default; also HVD_BACKEND).
 	Backend string
+	// Logf receives warnings (stall inspector); nil writes to stderr.
+	Logf func(format string, args ...any)
 }
 
 // World is one rank's membership in a job. Its methods are safe for
@@ -61,6 +65,10 @@ type World struct {
 	listen string
 	spin   time.Duration
 	opTO   time.Duration
+
+	knobs    knobs
+	timeline *timeline.Timeline
+	logf     func(format string, args ...any)
 
 	mu     sync.RWMutex
 	sets   map[int]*ProcessSet
@@ -120,6 +128,20 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		}
 		w.spin = time.Duration(us) * time.Microsecond
 	}
+	if w.knobs, err = readKnobs(getenv); err != nil {
+		return nil, err
+	}
+	w.logf = cfg.Logf
+	if w.logf == nil {
+		w.logf = func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, "[%d] "+format+"\n", append([]any{id.Rank}, args...)...)
+		}
+	}
+	if w.knobs.timeline != "" && w.knobs.timeline != "DYNAMIC" && id.Rank == 0 {
+		if w.timeline, err = timeline.Open(w.knobs.timeline, w.knobs.markCycles); err != nil {
+			return nil, fmt.Errorf("hvd: HOROVOD_TIMELINE: %w", err)
+		}
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -150,12 +172,20 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	for i := range all {
 		all[i] = i
 	}
-	global, err := w.newComm(sctx, 0, all)
+	global, err := w.newComm(sctx, "ps", 0, all)
 	if err != nil {
 		return nil, err
 	}
-	w.register(0, all, global)
 	if err := verifySets(global, id.Rank, sets); err != nil {
+		global.Close()
+		return nil, err
+	}
+	gc, err := w.connectSet(sctx, 0, all, global)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.register(0, all, gc); err != nil {
+		gc.close()
 		return nil, err
 	}
 	if err := w.buildSets(sctx, 1, sets); err != nil {
@@ -234,21 +264,50 @@ func (w *World) listenHost() (string, error) {
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
 
-func (w *World) newComm(ctx context.Context, setID int, ranks []int) (backends.Communicator, error) {
+func (w *World) newComm(ctx context.Context, prefix string, setID int, ranks []int) (backends.Communicator, error) {
 	me := slices.Index(ranks, w.id.Rank)
 	return tcp.New(ctx, tcp.Config{
-		Store: w.store, Prefix: "ps" + strconv.Itoa(setID) + "-" + setHash(ranks),
+		Store: w.store, Prefix: prefix + strconv.Itoa(setID) + "-" + setHash(ranks),
 		Rank: me, Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
 		ListenHost: w.listen, ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
 		Spin: w.spin, LocalSize: w.topo.LocalSize,
 	})
 }
 
+// setComms are a member's two meshes for one set: one the engine owns
+// (negotiation and collectives), one for send/recv and direct use.
+type setComms struct{ eng, p2p backends.Communicator }
+
+func (sc setComms) close() {
+	for _, c := range []backends.Communicator{sc.eng, sc.p2p} {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// connectSet builds both meshes of a set (eng may be given: the global
+// set's was built before process-set verification).
+func (w *World) connectSet(ctx context.Context, id int, ranks []int, eng backends.Communicator) (setComms, error) {
+	sc := setComms{eng: eng}
+	var err error
+	if sc.eng == nil {
+		if sc.eng, err = w.newComm(ctx, "ps", id, ranks); err != nil {
+			return sc, err
+		}
+	}
+	if sc.p2p, err = w.newComm(ctx, "p2p", id, ranks); err != nil {
+		sc.close()
+		return setComms{}, err
+	}
+	return sc, nil
+}
+
 // buildSets connects the communicators of sets (ids from firstID on) that
 // this rank belongs to, all at once: a rank in several sets must not wait
 // for one set while its peers wait for another.
 func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error {
-	comms := make([]backends.Communicator, len(sets))
+	comms := make([]setComms, len(sets))
 	errs := make([]error, len(sets))
 	var wg sync.WaitGroup
 	for i, ranks := range sets {
@@ -258,33 +317,48 @@ func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[i], errs[i] = w.newComm(ctx, firstID+i, ranks)
+			comms[i], errs[i] = w.connectSet(ctx, firstID+i, ranks, nil)
 		}()
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
 			for _, c := range comms {
-				if c != nil {
-					c.Close()
-				}
+				c.close()
 			}
 			return fmt.Errorf("hvd: process set %d %v: %w", firstID+i, sets[i], err)
 		}
 	}
 	for i, ranks := range sets {
-		w.register(firstID+i, ranks, comms[i])
+		if err := w.register(firstID+i, ranks, comms[i]); err != nil {
+			for _, c := range comms[i:] {
+				c.close()
+			}
+			return err
+		}
 	}
 	return nil
 }
 
-func (w *World) register(id int, ranks []int, comm backends.Communicator) *ProcessSet {
-	ps := &ProcessSet{w: w, id: id, ranks: ranks, comm: comm, setRank: slices.Index(ranks, w.id.Rank)}
+// register makes a set usable: for members it starts the set's engine.
+func (w *World) register(id int, ranks []int, sc setComms) error {
+	ps := &ProcessSet{w: w, id: id, ranks: ranks, p2p: sc.p2p, setRank: slices.Index(ranks, w.id.Rank)}
+	if sc.eng != nil {
+		var err error
+		ps.eng, err = engine.New(engine.Config{
+			Comm: sc.eng, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
+			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
+			Logf: w.logf, Timeline: w.timeline, Library: "TCP",
+		})
+		if err != nil {
+			return err
+		}
+	}
 	w.mu.Lock()
 	w.sets[id] = ps
 	w.order = append(w.order, id)
 	w.mu.Unlock()
-	return ps
+	return nil
 }
 
 // Close leaves the job: every communicator is closed and every process set
@@ -305,10 +379,14 @@ func (w *World) shutdownAll() {
 	w.order = nil
 	w.mu.Unlock()
 	for _, ps := range sets {
-		if ps.comm != nil {
-			ps.comm.Close()
+		if ps.eng != nil {
+			ps.eng.Close(ErrShutdown)
+		}
+		if ps.p2p != nil {
+			ps.p2p.Close()
 		}
 	}
+	w.timeline.Close()
 	if w.client != nil {
 		w.client.Close()
 	}
@@ -416,4 +494,25 @@ func setHash(ranks []int) string {
 		fmt.Fprintf(h, "%d,", r)
 	}
 	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// Join tells the global process set that this rank has no more work (for
+// example, it ran out of data). Until every rank has joined, the other
+// ranks' allreduces complete with this rank contributing zeros (Average
+// still divides by the full size); other collectives fail while a rank is
+// joined. Join blocks until every rank has joined and returns the global
+// rank that joined last, the same on every rank.
+func (w *World) Join() (int, error) {
+	ps := w.GlobalProcessSet()
+	if ps == nil {
+		return -1, ErrNotInitialized
+	}
+	h, err := ps.enqueue("join", &engine.Op{Type: engine.Join, Name: "join.noname"})
+	if err != nil {
+		return -1, err
+	}
+	if _, err := h.Wait(); err != nil {
+		return -1, err
+	}
+	return ps.ranks[h.ops[0].Handle().LastJoined], nil
 }

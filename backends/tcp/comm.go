@@ -187,7 +187,7 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 		reason, gerr := c.store.Get(ctx, abortKey(c.prefix, p.rank))
 		cancel()
 		if gerr == nil {
-			pe.Err = fmt.Errorf("it stopped because of an earlier failure: %s", reason)
+			pe.Err = fmt.Errorf("it stopped: %s", reason)
 		} else {
 			pe.Err = fmt.Errorf("connection lost (%v): the process died or closed the communicator", err)
 		}
@@ -215,6 +215,13 @@ func (c *Comm) Close() error {
 	unix.Write(c.wakeFd, one[:])
 	c.mu.Lock() // wait for a running operation to leave
 	defer c.mu.Unlock()
+	if c.broken == nil && c.size > 1 {
+		// Peers that are still running will see the connections close; tell
+		// them it was on purpose, so they need not wait for a reason.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		c.store.Set(ctx, abortKey(c.prefix, c.rank), []byte(fmt.Sprintf("rank %d closed the communicator (shut down)", c.rank)))
+		cancel()
+	}
 	for _, p := range c.peers {
 		if p != nil {
 			unix.Close(p.fd)

@@ -1,0 +1,662 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/internal/timeline"
+)
+
+// Errors delivered through handles.
+var (
+	// ErrMismatch: the coordinator found that ranks disagree on a tensor
+	// (dtype, shape, op, scales, root, or an op not allowed with Join).
+	ErrMismatch = errors.New("hvd: ranks disagree")
+	// ErrShutdown: the engine stopped before the op completed.
+	ErrShutdown = errors.New("hvd: the process set's engine has been shut down")
+	// ErrStalled: the stall inspector gave up waiting for ranks.
+	ErrStalled = errors.New("hvd: stalled")
+)
+
+// Tensor is a dense host-memory tensor (see sdk.Tensor).
+type Tensor struct {
+	Data  []byte
+	DType backends.DType
+	Shape []int64
+}
+
+// Op is one enqueued collective. The caller fills the request fields; the
+// engine fills the Handle.
+type Op struct {
+	Type      OpType
+	Name      string // full, unique while in flight on this set
+	In        Tensor
+	Out       Tensor // allreduce/broadcast: destination (may alias In); else set by the engine
+	ReduceOp  uint8
+	Prescale  float64
+	Postscale float64
+	Root      int // set rank
+	Splits    []int32
+	Group     string
+	GroupSize int
+
+	h Handle
+}
+
+// Handle is the result of an Op. Wait and Poll are safe from any goroutine.
+type Handle struct {
+	done       chan struct{}
+	err        error
+	Out        Tensor
+	RecvSplits []int32
+	LastJoined int // set rank, for Join
+}
+
+// Handle returns the op's handle (valid after Enqueue).
+func (o *Op) Handle() *Handle { return &o.h }
+
+// Wait blocks until the op completed and returns its error.
+func (h *Handle) Wait() error { <-h.done; return h.err }
+
+// Poll reports whether the op completed, without blocking.
+func (h *Handle) Poll() bool {
+	select {
+	case <-h.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Done is closed when the op completes.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Config describes one process set's engine.
+type Config struct {
+	Comm        backends.Communicator // must also implement backends.Messenger and backends.Idler
+	SetID       int
+	GlobalRanks []int // set rank → global rank
+	// FusionThreshold in bytes (HOROVOD_FUSION_THRESHOLD); 0 disables fusion.
+	FusionThreshold int64
+	// StallWarning: the coordinator logs tensors some ranks have not
+	// submitted for this long (0 disables); StallShutdown (≥ StallWarning)
+	// fails every pending op after this long (0: never).
+	StallWarning, StallShutdown time.Duration
+	Logf                        func(format string, args ...any)
+	Timeline                    *timeline.Timeline // nil: none
+	Library                     string             // for timeline activity names, e.g. "TCP"
+}
+
+// Engine runs one process set's negotiation and execution on its own
+// goroutine, so a slow set never holds up another.
+type Engine struct {
+	cfg       Config
+	comm      backends.Communicator
+	msg       backends.Messenger
+	idle      backends.Idler
+	rank, n   int
+	coord     *Coordinator
+	lastStall time.Time
+
+	mu     sync.Mutex
+	table  map[string]*Op
+	queue  []Request
+	joins  []*Op
+	err    error // set once the engine stops: every later enqueue fails with it
+	closed bool
+
+	fusion []byte
+	done   chan struct{}
+}
+
+// New starts the engine's goroutine.
+func New(cfg Config) (*Engine, error) {
+	msg, ok1 := cfg.Comm.(backends.Messenger)
+	idle, ok2 := cfg.Comm.(backends.Idler)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("%w: the engine needs a backend with control messages and idle wake-up", backends.ErrUnsupported)
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	e := &Engine{cfg: cfg, comm: cfg.Comm, msg: msg, idle: idle, rank: cfg.Comm.Rank(), n: cfg.Comm.Size(),
+		table: map[string]*Op{}, done: make(chan struct{}), lastStall: time.Now()}
+	if e.rank == 0 {
+		e.coord = NewCoordinator(e.n, cfg.GlobalRanks)
+	}
+	go e.loop()
+	return e, nil
+}
+
+// Enqueue submits ops atomically: either every op is accepted or none is
+// (a name already in flight on this set is an error). It never blocks on
+// the network.
+func (e *Engine) Enqueue(ops ...*Op) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return e.err
+	}
+	seen := map[string]bool{}
+	for _, o := range ops {
+		if o.Type == Join {
+			continue
+		}
+		if _, dup := e.table[o.Name]; dup || seen[o.Name] {
+			return fmt.Errorf("%w: a tensor named %q is already in flight on process set %d; names must be unique until their op completes",
+				backends.ErrInvalidArgument, o.Name, e.cfg.SetID)
+		}
+		seen[o.Name] = true
+	}
+	for _, o := range ops {
+		o.h = Handle{done: make(chan struct{})}
+		if o.Type == Join {
+			e.joins = append(e.joins, o)
+		} else {
+			e.table[o.Name] = o
+		}
+		e.queue = append(e.queue, Request{Type: o.Type, DType: o.In.DType, Name: o.Name, Shape: o.In.Shape,
+			ReduceOp: o.ReduceOp, Prescale: o.Prescale, Postscale: o.Postscale, Root: int32(o.Root),
+			Group: o.Group, GroupSize: int32(o.GroupSize)})
+		e.cfg.Timeline.NegotiateStart(o.Name, o.Type.String())
+	}
+	e.idle.Kick()
+	return nil
+}
+
+// Close stops the engine: the communicator is closed, and every pending op
+// fails with err (ErrShutdown when nil). It waits for the goroutine to exit.
+func (e *Engine) Close(err error) {
+	if err == nil {
+		err = ErrShutdown
+	}
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.comm.Close()
+	<-e.done
+	e.failAll(e.err)
+}
+
+// Err returns the error that stopped the engine, or nil while it runs.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		hasNew, closed := len(e.queue) > 0, e.closed
+		e.mu.Unlock()
+		if closed {
+			return
+		}
+		if !hasNew {
+			timeout := time.Duration(-1)
+			if e.coord != nil && e.cfg.StallWarning > 0 {
+				timeout = max(time.Until(e.lastStall.Add(e.cfg.StallWarning)), time.Millisecond)
+			}
+			incoming, err := e.idle.Idle(timeout)
+			if err != nil {
+				e.stop(err)
+				return
+			}
+			if !incoming {
+				if err := e.stallCheck(); err != nil {
+					e.comm.Close() // the peers see this rank leave and fail too
+					e.stop(err)
+					return
+				}
+				continue
+			}
+		}
+		e.cfg.Timeline.MarkCycleStart()
+		if err := e.round(); err != nil {
+			e.stop(err)
+			return
+		}
+		if err := e.stallCheck(); err != nil {
+			e.comm.Close()
+			e.stop(err)
+			return
+		}
+	}
+}
+
+// stop records why the engine stopped and fails everything pending.
+func (e *Engine) stop(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		if e.closed {
+			err = ErrShutdown
+		}
+		e.err = err
+	}
+	err = e.err
+	e.mu.Unlock()
+	e.failAll(err)
+}
+
+func (e *Engine) failAll(err error) {
+	e.mu.Lock()
+	ops := make([]*Op, 0, len(e.table)+len(e.joins))
+	for _, o := range e.table {
+		ops = append(ops, o)
+	}
+	ops = append(ops, e.joins...)
+	clear(e.table)
+	e.joins = nil
+	e.queue = nil
+	e.mu.Unlock()
+	for _, o := range ops {
+		o.h.err = err
+		close(o.h.done)
+	}
+}
+
+// round is one negotiation and execution cycle. Every member takes part:
+// the first exchange (an all-to-all of one status word) reaches every rank
+// directly, which is what wakes the idle ones from Idle.
+func (e *Engine) round() error {
+	e.mu.Lock()
+	reqs := e.queue
+	e.queue = nil
+	e.mu.Unlock()
+
+	var status [8]byte
+	if len(reqs) > 0 {
+		status[0] = 1
+	}
+	all := make([]byte, 8*e.n)
+	counts := make([]int, e.n)
+	for i := range counts {
+		counts[i] = 8
+	}
+	if err := e.comm.Allgatherv(status[:], all, counts); err != nil {
+		return err
+	}
+	anyReq := false
+	for r := 0; r < e.n; r++ {
+		if all[8*r] != 0 {
+			anyReq = true
+		}
+	}
+	if !anyReq {
+		return nil
+	}
+	msgs, err := e.msg.GatherMsgs((&RankMessage{Requests: reqs}).Encode(), 0)
+	if err != nil {
+		return err
+	}
+	var payload []byte
+	if e.coord != nil {
+		now := time.Now()
+		var resps []Response
+		for r, m := range msgs {
+			rm, err := DecodeRankMessage(m)
+			if err != nil {
+				return fmt.Errorf("hvd: engine: message from set rank %d: %w", r, err)
+			}
+			resps = append(resps, e.coord.Submit(r, rm.Requests, now)...)
+		}
+		resps = append(resps, e.coord.Ready()...)
+		payload = (&ResponseList{Responses: Fuse(resps, e.cfg.FusionThreshold)}).Encode()
+	}
+	b, err := e.msg.BcastMsg(payload, 0)
+	if err != nil {
+		return err
+	}
+	list, err := DecodeResponseList(b)
+	if err != nil {
+		return err
+	}
+	for i := range list.Responses {
+		if err := e.execute(&list.Responses[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entries returns this rank's ops for the response's names (nil where the
+// rank has joined instead).
+func (e *Engine) entries(r *Response) []*Op {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ops := make([]*Op, len(r.Names))
+	for i, n := range r.Names {
+		ops[i] = e.table[n]
+	}
+	return ops
+}
+
+func (e *Engine) complete(o *Op, err error) {
+	if o == nil {
+		return
+	}
+	e.mu.Lock()
+	delete(e.table, o.Name)
+	e.mu.Unlock()
+	if err == nil {
+		e.cfg.Timeline.End(o.Name, o.In.DType.String(), o.h.Out.Shape)
+	}
+	o.h.err = err
+	close(o.h.done)
+}
+
+// execute runs one response. A backend error is returned (it breaks the
+// communicator, so the engine stops); a negotiation error only fails the
+// ops it names.
+func (e *Engine) execute(r *Response) error {
+	for _, n := range r.Names {
+		e.cfg.Timeline.NegotiateEnd(n)
+	}
+	switch r.Type {
+	case Error:
+		for _, o := range e.entries(r) {
+			e.complete(o, fmt.Errorf("%w: %s", ErrMismatch, r.Err))
+		}
+		return nil
+	case Join:
+		e.mu.Lock()
+		joins := e.joins
+		e.joins = nil
+		e.mu.Unlock()
+		for _, o := range joins {
+			o.h.LastJoined = int(r.LastJoined)
+			close(o.h.done)
+		}
+		return nil
+	case Allreduce:
+		return e.allreduce(r)
+	}
+	ops := e.entries(r)
+	o := ops[0]
+	if o == nil {
+		return fmt.Errorf("hvd: engine: set rank %d has no entry for %q", e.rank, r.Names[0])
+	}
+	e.cfg.Timeline.Start(o.Name, upper(r.Type.String()))
+	e.cfg.Timeline.ActivityStart(o.Name, e.cfg.Library+"_"+upper(r.Type.String()))
+	var err error
+	switch r.Type {
+	case Allgather:
+		err = e.allgather(o, r)
+	case Broadcast:
+		o.h.Out = o.Out
+		if !sameMemory(o.Out.Data, o.In.Data) {
+			copy(o.Out.Data, o.In.Data)
+		}
+		err = e.comm.Broadcast(o.Out.Data, int(r.Root))
+	case Alltoall:
+		err = e.alltoall(o)
+	case Reducescatter:
+		err = e.reducescatter(o, r)
+	case Barrier:
+		err = e.comm.Barrier()
+	default:
+		err = fmt.Errorf("hvd: engine: unknown response type %v", r.Type)
+	}
+	e.cfg.Timeline.ActivityEnd(o.Name)
+	if err == errAlreadyCompleted {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	e.complete(o, nil)
+	return nil
+}
+
+// sameMemory reports whether two buffers start at the same address.
+func sameMemory(a, b []byte) bool {
+	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
+}
+
+// allreduce executes a (possibly fused) allreduce. A single tensor is
+// reduced in its output buffer; fused tensors are packed into the reused
+// fusion buffer, reduced with one collective and unpacked. Ranks that have
+// joined contribute zeros. Average divides by the set size via postscale.
+func (e *Engine) allreduce(r *Response) error {
+	bop, ok := BackendOp(r.ReduceOp)
+	if !ok {
+		return fmt.Errorf("hvd: engine: unsupported reduction %s", opName(r.ReduceOp))
+	}
+	post := r.Postscale
+	if post == 0 {
+		post = 1
+	}
+	if r.ReduceOp == 0 {
+		post /= float64(e.n)
+	}
+	pre := r.Prescale
+	if pre == 0 {
+		pre = 1
+	}
+	ops := e.entries(r)
+	es := int64(r.DType.Size())
+	for _, o := range ops {
+		if o != nil {
+			e.cfg.Timeline.Start(o.Name, "ALLREDUCE")
+		}
+	}
+	if len(ops) == 1 && ops[0] != nil {
+		o := ops[0]
+		if !sameMemory(o.Out.Data, o.In.Data) {
+			copy(o.Out.Data, o.In.Data)
+		}
+		Scale(o.Out.Data, r.DType, pre)
+		e.cfg.Timeline.ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
+		if err := e.comm.Allreduce(o.Out.Data, r.DType, bop); err != nil {
+			return err
+		}
+		e.cfg.Timeline.ActivityEnd(o.Name)
+		Scale(o.Out.Data, r.DType, post)
+		o.h.Out = o.Out
+		e.complete(o, nil)
+		return nil
+	}
+	var total int64
+	for _, c := range r.Counts {
+		total += c * es
+	}
+	if int64(cap(e.fusion)) < total {
+		e.fusion = make([]byte, total)
+	}
+	buf := e.fusion[:total]
+	off := int64(0)
+	for i, o := range ops {
+		size := r.Counts[i] * es
+		if o == nil {
+			clear(buf[off : off+size])
+		} else {
+			e.cfg.Timeline.ActivityStart(o.Name, "MEMCPY_IN_FUSION_BUFFER")
+			copy(buf[off:off+size], o.In.Data)
+			e.cfg.Timeline.ActivityEnd(o.Name)
+		}
+		off += size
+	}
+	Scale(buf, r.DType, pre)
+	if err := e.comm.Allreduce(buf, r.DType, bop); err != nil {
+		return err
+	}
+	Scale(buf, r.DType, post)
+	off = 0
+	for i, o := range ops {
+		size := r.Counts[i] * es
+		if o != nil {
+			copy(o.Out.Data, buf[off:off+size])
+			o.h.Out = o.Out
+			e.complete(o, nil)
+		}
+		off += size
+	}
+	return nil
+}
+
+func (e *Engine) allgather(o *Op, r *Response) error {
+	es := int64(o.In.DType.Size())
+	row := numElements(o.In.Shape[1:])
+	counts := make([]int, e.n)
+	var rows int64
+	for k := 0; k < e.n; k++ {
+		counts[k] = int(r.Counts[k] * row * es)
+		rows += r.Counts[k]
+	}
+	out := Tensor{Data: make([]byte, rows*row*es), DType: o.In.DType, Shape: append([]int64{rows}, o.In.Shape[1:]...)}
+	if err := e.comm.Allgatherv(o.In.Data, out.Data, counts); err != nil {
+		return err
+	}
+	o.h.Out = out
+	return nil
+}
+
+// alltoall first exchanges row counts (with a signature of the row shape,
+// so a disagreement is an error naming the rank, not garbage), then data.
+func (e *Engine) alltoall(o *Op) error {
+	n := e.n
+	row, es := numElements(o.In.Shape[1:]), int64(o.In.DType.Size())
+	sig := uint64(row)<<8 | uint64(o.In.DType)
+	meta := make([]byte, 16*n)
+	var sent int64
+	for j := 0; j < n; j++ {
+		binary.LittleEndian.PutUint64(meta[16*j:], uint64(o.Splits[j]))
+		binary.LittleEndian.PutUint64(meta[16*j+8:], sig)
+		sent += int64(o.Splits[j])
+	}
+	rmeta := make([]byte, 16*n)
+	c16 := make([]int, n)
+	for i := range c16 {
+		c16[i] = 16
+	}
+	if err := e.comm.Alltoallv(meta, c16, rmeta, c16); err != nil {
+		return err
+	}
+	recv := make([]int32, n)
+	sc, rc := make([]int, n), make([]int, n)
+	var rows int64
+	for j := 0; j < n; j++ {
+		recv[j] = int32(binary.LittleEndian.Uint64(rmeta[16*j:]))
+		if binary.LittleEndian.Uint64(rmeta[16*j+8:]) != sig {
+			// Every rank learns this in the same step; nobody sends data.
+			o.h.Out = Tensor{}
+			e.complete(o, fmt.Errorf("%w on process set %d: alltoall %q: rank %d sends rows of another size or dtype than this rank's %v rows of %d elements",
+				ErrMismatch, e.cfg.SetID, o.Name, e.global(j), o.In.DType, row))
+			return errAlreadyCompleted
+		}
+		sc[j] = int(int64(o.Splits[j]) * row * es)
+		rc[j] = int(int64(recv[j]) * row * es)
+		rows += int64(recv[j])
+	}
+	out := Tensor{Data: make([]byte, rows*row*es), DType: o.In.DType, Shape: append([]int64{rows}, o.In.Shape[1:]...)}
+	if err := e.comm.Alltoallv(o.In.Data[:sent*row*es], sc, out.Data, rc); err != nil {
+		return err
+	}
+	o.h.Out, o.h.RecvSplits = out, recv
+	return nil
+}
+
+// errAlreadyCompleted: the op failed locally and its handle is closed;
+// the engine itself carries on.
+var errAlreadyCompleted = errors.New("completed")
+
+func (e *Engine) reducescatter(o *Op, r *Response) error {
+	n := e.n
+	d0, row := o.In.Shape[0], numElements(o.In.Shape[1:])
+	rows := make([]int64, n)
+	counts := make([]int, n)
+	for k := range counts {
+		rows[k] = d0 / int64(n)
+		if int64(k) < d0%int64(n) {
+			rows[k]++
+		}
+		counts[k] = int(rows[k] * row)
+	}
+	pre, post := r.Prescale, r.Postscale
+	if pre == 0 {
+		pre = 1
+	}
+	if post == 0 {
+		post = 1
+	}
+	if r.ReduceOp == 0 {
+		post /= float64(n)
+	}
+	in := o.In.Data
+	if pre != 1 {
+		in = append([]byte(nil), in...)
+		Scale(in, o.In.DType, pre)
+	}
+	out := Tensor{Data: make([]byte, counts[e.rank]*o.In.DType.Size()), DType: o.In.DType, Shape: append([]int64{rows[e.rank]}, o.In.Shape[1:]...)}
+	if err := e.comm.ReduceScatter(in, out.Data, counts, o.In.DType, backends.Sum); err != nil {
+		return err
+	}
+	Scale(out.Data, o.In.DType, post)
+	o.h.Out = out
+	return nil
+}
+
+func (e *Engine) global(r int) int {
+	if r < len(e.cfg.GlobalRanks) {
+		return e.cfg.GlobalRanks[r]
+	}
+	return r
+}
+
+// stallCheck (coordinator) logs, every StallWarning, the tensors that some
+// ranks have not submitted for that long, naming those ranks (up to six
+// tensors, as Horovod). With StallShutdown it returns ErrStalled once a
+// tensor has waited that long; the engine then stops.
+func (e *Engine) stallCheck() error {
+	if e.coord == nil || e.cfg.StallWarning <= 0 || time.Since(e.lastStall) < e.cfg.StallWarning {
+		return nil
+	}
+	e.lastStall = time.Now()
+	stalled := e.coord.Pending(time.Now().Add(-e.cfg.StallWarning))
+	if len(stalled) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(stalled))
+	for n := range stalled {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for i, n := range names {
+		if i == 6 {
+			fmt.Fprintf(&b, " and %d more", len(names)-6)
+			break
+		}
+		fmt.Fprintf(&b, " %s (missing ranks: %v);", n, stalled[n])
+	}
+	e.cfg.Logf("hvd: stall warning: process set %d: these tensors were submitted by some ranks and have waited more than %v for the others:%s",
+		e.cfg.SetID, e.cfg.StallWarning, b.String())
+	if e.cfg.StallShutdown > 0 {
+		if over := e.coord.Pending(time.Now().Add(-e.cfg.StallShutdown)); len(over) > 0 {
+			return fmt.Errorf("%w: process set %d: tensors waited more than %v (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS) for ranks that never submitted them:%s",
+				ErrStalled, e.cfg.SetID, e.cfg.StallShutdown, b.String())
+		}
+	}
+	return nil
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 32
+		}
+	}
+	return string(b)
+}
