@@ -73,7 +73,9 @@ func (h *Handle) ReceivedSplits() []int32 { return h.ops[0].Handle().RecvSplits 
 func (h *Handle) Name() string { return h.ops[0].Name }
 
 func fromEngine(t engine.Tensor) Tensor { return Tensor{Data: t.Data, DType: t.DType, Shape: t.Shape} }
-func toEngine(t Tensor) engine.Tensor   { return engine.Tensor{Data: t.Data, DType: t.DType, Shape: t.Shape} }
+func toEngine(t Tensor) engine.Tensor {
+	return engine.Tensor{Data: t.Data, DType: t.DType, Shape: t.Shape}
+}
 
 // fullName is Horovod's naming: "<op>.<name>", or "<op>.noname.<n>".
 func (ps *ProcessSet) fullName(op, name string) string {

@@ -18,8 +18,8 @@ import (
 type ProcessSet struct {
 	w       *World
 	id      int
-	ranks   []int // sorted, unique global ranks
-	setRank int   // this rank's index in ranks, -1 if not a member
+	ranks   []int                 // sorted, unique global ranks
+	setRank int                   // this rank's index in ranks, -1 if not a member
 	eng     *engine.Engine        // negotiation and collectives (members only)
 	p2p     backends.Communicator // send/recv and direct data-plane use (members only)
 	counter atomic.Int64          // automatic names

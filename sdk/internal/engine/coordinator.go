@@ -294,4 +294,3 @@ func BackendOp(op uint8) (backends.ReduceOp, bool) {
 	}
 	return 0, false
 }
-
