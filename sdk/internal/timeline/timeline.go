@@ -532,7 +532,10 @@ func (t *Timeline) writeBatch() (finished bool) {
 		t.spare = buf[:0]
 	}
 	t.cond.Broadcast()
-
+	if len(t.pending) > 0 {
+		t.signal()
+		return false
+	}
 	return t.closed
 }
 
