@@ -18,6 +18,8 @@ import (
 type worldOpts struct {
 	sets    func(rank int) [][]int
 	hostKey func(rank int) string
+	env     map[string]string
+	logf    func(format string, args ...any)
 }
 
 // startWorlds starts n ranks as goroutines on a shared in-memory store and
@@ -36,7 +38,8 @@ func startWorlds(t *testing.T, n int, o worldOpts) ([]*World, []error) {
 				Identity: &rendezvous.Identity{Rank: r, Size: n, Hostname: "h", Timeout: 10 * time.Second},
 				Store:    st,
 				HostKey:  "host0",
-				Getenv:   func(string) (string, bool) { return "", false },
+				Getenv:   func(k string) (string, bool) { v, ok := o.env[k]; return v, ok },
+				Logf:     o.logf,
 			}
 			if o.sets != nil {
 				cfg.ProcessSets = o.sets(r)

@@ -1,0 +1,289 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Ranks enqueue the same named tensors in different orders; negotiation
+// matches them by name and every rank gets every result.
+func TestOutOfOrderEnqueue(t *testing.T) {
+	for _, n := range []int{2, 3, 4} {
+		ws := mustWorlds(t, n, worldOpts{})
+		each(t, ws, func(w *World) error {
+			names := []string{"a", "b", "c", "d", "e"}
+			rng := rand.New(rand.NewPCG(uint64(w.Rank()), 1))
+			rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+			hs := map[string]*Handle{}
+			for _, nm := range names {
+				v := []float32{float32(w.Rank()), float32(len(nm) * int(nm[0]))}
+				h, err := w.GlobalProcessSet().AllreduceAsync(TensorOf(v), ReduceOptions{Op: Sum, Name: nm})
+				if err != nil {
+					return err
+				}
+				hs[nm] = h
+			}
+			for nm, h := range hs {
+				out, err := h.Wait()
+				if err != nil {
+					return err
+				}
+				if got := SliceOf[float32](out); got[0] != float32(n*(n-1)/2) || got[1] != float32(n*int(nm[0])) {
+					return fmt.Errorf("%s: %v", nm, got)
+				}
+				if h.Name() != "allreduce."+nm {
+					return fmt.Errorf("name %q", h.Name())
+				}
+			}
+			return nil
+		})
+	}
+}
+
+func TestDuplicateNameAtEnqueue(t *testing.T) {
+	ws := mustWorlds(t, 2, worldOpts{})
+	each(t, ws, func(w *World) error {
+		g := w.GlobalProcessSet()
+		h, err := g.AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{Name: "x"})
+		if err != nil {
+			return err
+		}
+		if _, err := g.AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{Name: "x"}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "already in flight") {
+			return fmt.Errorf("duplicate: %v", err)
+		}
+		_, err = h.Wait()
+		if err != nil {
+			return err
+		}
+		// Once completed the name can be used again.
+		_, err = g.Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "x"})
+		return err
+	})
+}
+
+// Every mismatch fails that op on every rank, naming the ranks and values,
+// and the set keeps working afterwards.
+func TestMismatchErrorsOnEveryRank(t *testing.T) {
+	ws := mustWorlds(t, 3, worldOpts{})
+	cases := []struct {
+		name string
+		call func(w *World) (*Handle, error)
+		want string
+	}{
+		{"dtype", func(w *World) (*Handle, error) {
+			if w.Rank() == 1 {
+				return w.GlobalProcessSet().AllreduceAsync(TensorOf([]int32{1, 2}), ReduceOptions{Name: "m"})
+			}
+			return w.GlobalProcessSet().AllreduceAsync(TensorOf([]float32{1, 2}), ReduceOptions{Name: "m"})
+		}, "the data types differ: ranks 0, 2 have float32, rank 1 has int32"},
+		{"shape", func(w *World) (*Handle, error) {
+			return w.GlobalProcessSet().AllreduceAsync(TensorOf(make([]float32, 2+w.Rank()/2)), ReduceOptions{Name: "m"})
+		}, "the shapes differ: ranks 0, 1 have [2], rank 2 has [3]"},
+		{"op", func(w *World) (*Handle, error) {
+			op := Sum
+			if w.Rank() == 0 {
+				op = Max
+			}
+			return w.GlobalProcessSet().AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{Name: "m", Op: op})
+		}, "the reductions differ: rank 0 has max, ranks 1, 2 have sum"},
+		{"root", func(w *World) (*Handle, error) {
+			return w.GlobalProcessSet().BroadcastAsync(TensorOf([]float32{1}), w.Rank()%2, "m")
+		}, "the root ranks differ: ranks 0, 2 have 0, rank 1 has 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			each(t, ws, func(w *World) error {
+				h, err := tc.call(w)
+				if err != nil {
+					return err
+				}
+				_, err = h.Wait()
+				if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), tc.want) {
+					return fmt.Errorf("got %v, want %q", err, tc.want)
+				}
+				// The set still works.
+				_, err = w.GlobalProcessSet().Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "after-" + tc.name})
+				return err
+			})
+		})
+	}
+}
+
+// Fusion must not change results: the same random float32 tensors reduced
+// with fusion on and off are bit-identical.
+func TestFusionBitIdentical(t *testing.T) {
+	results := map[string][][]float32{}
+	for _, thr := range []string{"0", "134217728"} {
+		ws := mustWorlds(t, 3, worldOpts{env: map[string]string{"HOROVOD_FUSION_THRESHOLD": thr}})
+		var mu sync.Mutex
+		each(t, ws, func(w *World) error {
+			rng := rand.New(rand.NewPCG(uint64(w.Rank()), 9))
+			var hs []*Handle
+			for i := 0; i < 40; i++ {
+				v := make([]float32, 1+i*37)
+				for j := range v {
+					v[j] = rng.Float32()*2 - 1
+				}
+				h, err := w.GlobalProcessSet().AllreduceInPlaceAsync(TensorOf(v), ReduceOptions{Name: fmt.Sprint("t", i)})
+				if err != nil {
+					return err
+				}
+				hs = append(hs, h)
+			}
+			var outs [][]float32
+			for _, h := range hs {
+				out, err := h.Wait()
+				if err != nil {
+					return err
+				}
+				outs = append(outs, SliceOf[float32](out))
+			}
+			if w.Rank() == 1 {
+				mu.Lock()
+				results[thr] = outs
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	a, b := results["0"], results["134217728"]
+	if len(a) != 40 || len(b) != 40 {
+		t.Fatalf("missing results")
+	}
+	for i := range a {
+		if !slices.Equal(a[i], b[i]) {
+			t.Fatalf("tensor %d differs with fusion", i)
+		}
+	}
+}
+
+func TestGroupedOps(t *testing.T) {
+	ws := mustWorlds(t, 3, worldOpts{})
+	each(t, ws, func(w *World) error {
+		g := w.GlobalProcessSet()
+		outs, err := g.GroupedAllreduce([]Tensor{TensorOf([]int64{1, 2}), TensorOf([]int64{int64(w.Rank())})}, ReduceOptions{Op: Sum, Name: "grp"})
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(SliceOf[int64](outs[0]), []int64{3, 6}) || SliceOf[int64](outs[1])[0] != 3 {
+			return fmt.Errorf("grouped allreduce: %v %v", SliceOf[int64](outs[0]), SliceOf[int64](outs[1]))
+		}
+		h, err := g.GroupedAllgatherAsync([]Tensor{TensorOf([]int32{int32(w.Rank())}), TensorOf([]int32{7, 7})}, "gg")
+		if err != nil {
+			return err
+		}
+		if _, err := h.Wait(); err != nil {
+			return err
+		}
+		if got := SliceOf[int32](h.Outputs()[0]); !slices.Equal(got, []int32{0, 1, 2}) {
+			return fmt.Errorf("grouped allgather: %v", got)
+		}
+		return nil
+	})
+}
+
+// Join: each rank in turn joins first while the others keep reducing; the
+// joined rank contributes zeros, Average still divides by the full size,
+// and every rank learns who joined last.
+func TestJoinEveryRankFirst(t *testing.T) {
+	const n = 3
+	ws := mustWorlds(t, n, worldOpts{})
+	for first := 0; first < n; first++ {
+		t.Run(fmt.Sprint("first", first), func(t *testing.T) {
+			last := make([]int, n)
+			each(t, ws, func(w *World) error {
+				if w.Rank() != first {
+					v := TensorOf([]float32{6})
+					if err := w.GlobalProcessSet().AllreduceInPlace(v, ReduceOptions{Name: fmt.Sprint("j", first)}); err != nil {
+						return err
+					}
+					if got := SliceOf[float32](v)[0]; got != 4 { // (6+6+0)/3
+						return fmt.Errorf("allreduce with a joined rank: %v", got)
+					}
+					// Named: unnamed ops must run in the same order on every
+					// rank, and the joined rank skips these.
+					_, err := wait(w.GlobalProcessSet().AllgatherAsync(TensorOf([]float32{1}), fmt.Sprint("g", first)))
+					if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "not supported with Join") {
+						return fmt.Errorf("allgather during join: %v", err)
+					}
+					if w.Rank() == (first+1)%n {
+						time.Sleep(20 * time.Millisecond) // make the join order deterministic
+					}
+				}
+				if w.Rank() == (first+2)%n {
+					time.Sleep(60 * time.Millisecond)
+				}
+				r, err := w.Join()
+				last[w.Rank()] = r
+				return err
+			})
+			for r, l := range last {
+				if l != (first+2)%n {
+					t.Errorf("rank %d: last joined %d, want %d", r, l, (first+2)%n)
+				}
+			}
+		})
+	}
+}
+
+// A barrier on one subset while another subset is busy with its own work:
+// sets negotiate independently.
+func TestBarrierOnSubsetWhileOtherSetWorks(t *testing.T) {
+	ws := mustWorlds(t, 4, worldOpts{sets: func(int) [][]int { return [][]int{{0, 1}, {2, 3}} }})
+	each(t, ws, func(w *World) error {
+		a, _ := w.FindProcessSet([]int{0, 1})
+		b, _ := w.FindProcessSet([]int{2, 3})
+		if a.Included() {
+			for i := 0; i < 20; i++ {
+				if err := a.Barrier(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		v := make([]float32, 1<<18)
+		for i := 0; i < 5; i++ {
+			if err := b.AllreduceInPlace(TensorOf(v), ReduceOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// A rank that never enqueues: the coordinator's stall warning names it and
+// the tensor; with a shutdown time, the op fails instead of hanging.
+func TestStallWarningAndShutdown(t *testing.T) {
+	var mu sync.Mutex
+	var logs []string
+	ws := mustWorlds(t, 3, worldOpts{
+		env: map[string]string{"HOROVOD_STALL_CHECK_TIME_SECONDS": "0.2", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "0.5"},
+		logf: func(f string, a ...any) {
+			mu.Lock()
+			logs = append(logs, fmt.Sprintf(f, a...))
+			mu.Unlock()
+		},
+	})
+	each(t, ws, func(w *World) error {
+		if w.Rank() == 2 {
+			return nil // never submits "lonely"
+		}
+		_, err := w.GlobalProcessSet().Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "lonely"})
+		if err == nil {
+			return errors.New("a stalled op completed")
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	joined := strings.Join(logs, "\n")
+	if !strings.Contains(joined, "allreduce.lonely (missing ranks: [2])") {
+		t.Fatalf("stall warning does not name rank 2 and the tensor:\n%s", joined)
+	}
+}
