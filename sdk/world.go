@@ -19,6 +19,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,9 @@ type Config struct {
 	HostKey string
 	// Backend names the data plane: "tcp" (default; also HVD_BACKEND).
 	Backend string
+	// Dynamic allows AddProcessSet/RemoveProcessSet after Start (also
+	// HOROVOD_DYNAMIC_PROCESS_SETS set to a non-zero integer).
+	Dynamic bool
 	// Logf receives warnings (stall inspector); nil writes to stderr.
 	Logf func(format string, args ...any)
 }
@@ -69,6 +73,12 @@ type World struct {
 	knobs    knobs
 	timeline *timeline.Timeline
 	logf     func(format string, args ...any)
+
+	dynamic bool
+	dynMu   sync.Mutex   // serialises add/remove
+	dynSeq  atomic.Int64 // names of the agreement allgathers
+	freeIDs []int        // removed ids, oldest first
+	maxID   int
 
 	mu     sync.RWMutex
 	sets   map[int]*ProcessSet
@@ -131,6 +141,13 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if w.knobs, err = readKnobs(getenv); err != nil {
 		return nil, err
 	}
+	w.dynamic = cfg.Dynamic
+	if v, ok := getenv("HOROVOD_DYNAMIC_PROCESS_SETS"); ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n != 0 {
+			w.dynamic = true
+		}
+	}
+	w.maxID = len(sets)
 	w.logf = cfg.Logf
 	if w.logf == nil {
 		w.logf = func(format string, args ...any) {

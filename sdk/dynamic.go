@@ -1,0 +1,139 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hvdorg/hvd/sdk/internal/engine"
+)
+
+// Dynamic process sets (HOROVOD_DYNAMIC_PROCESS_SETS=1, or Config.Dynamic).
+// AddProcessSet and RemoveProcessSet are collective over the global set:
+// every rank, members or not, makes the same calls in the same order. They
+// cost one small allgather on the global set when called and nothing
+// afterwards: unlike Horovod, there is no per-cycle global exchange, so ops
+// on sets that did not change are not slowed down.
+
+// errDynamicOff is Horovod's message when dynamic mode is off.
+const errDynamicOff = "Set HOROVOD_DYNAMIC_PROCESS_SETS=1 to allow adding/removing process sets after Horovod initialization."
+
+// agree allgathers a proposal (text) over the global set and fails on every
+// rank, showing the proposals, unless all ranks proposed the same.
+func (w *World) agree(what, proposal string) error {
+	g := w.GlobalProcessSet()
+	n := w.dynSeq.Add(1)
+	b := []byte(proposal)
+	h, err := g.AllgatherAsync(TensorOf(b, int64(len(b))), "process_set."+what+"."+strconv.FormatInt(n, 10))
+	if err != nil {
+		return err
+	}
+	if _, err := h.Wait(); err != nil {
+		return err
+	}
+	all := string(h.Outputs()[0].Data)
+	// Every rank's proposal has the same length only if they agree; split by
+	// the per-rank lengths the allgather knew: recompute by asking nothing
+	// more — proposals are '|'-terminated.
+	props := strings.Split(strings.TrimSuffix(all, "|"), "|")
+	for r, p := range props {
+		if p != props[0] {
+			return fmt.Errorf("%w: %s_process_set must be called with the same arguments, in the same order, on every rank: rank 0 passed %s, rank %d passed %s",
+				ErrProcessSetMismatch, what, props[0], r, p)
+		}
+	}
+	return nil
+}
+
+// AddProcessSet registers a new process set with these global ranks (any
+// order; duplicates and out-of-range ranks are rejected before anything is
+// sent) and returns it once its members are connected. The id is the
+// oldest freed id, else the next one.
+func (w *World) AddProcessSet(ranks []int) (*ProcessSet, error) {
+	if err := w.alive(); err != nil {
+		return nil, err
+	}
+	if !w.dynamic {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidArgument, errDynamicOff)
+	}
+	w.dynMu.Lock()
+	defer w.dynMu.Unlock()
+	sets, err := normaliseSets([][]int{ranks}, w.id.Size)
+	if err != nil {
+		return nil, err
+	}
+	sorted := sets[0]
+	if _, err := w.FindProcessSet(sorted); err == nil {
+		return nil, fmt.Errorf("%w: Attempted to add a duplicate process set: %v", ErrInvalidArgument, sorted)
+	}
+	if err := w.agree("add", fmt.Sprint(sorted)+"|"); err != nil {
+		return nil, err
+	}
+	id := w.nextSetID()
+	var sc setComms
+	if slices.Contains(sorted, w.id.Rank) {
+		ctx, cancel := context.WithTimeout(context.Background(), w.id.Timeout)
+		defer cancel()
+		if sc, err = w.connectSet(ctx, id, sorted, nil); err != nil {
+			return nil, fmt.Errorf("hvd: add_process_set %v: %w", sorted, err)
+		}
+	}
+	if err := w.register(id, sorted, sc); err != nil {
+		sc.close()
+		return nil, err
+	}
+	return w.ProcessSet(id)
+}
+
+// RemoveProcessSet removes a set on every rank. Its pending ops fail with
+// ErrShutdown ("process set has been removed"), its connections close and
+// its id becomes reusable. The global set cannot be removed.
+func (w *World) RemoveProcessSet(ps *ProcessSet) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	if !w.dynamic {
+		return fmt.Errorf("%w: %s", ErrInvalidArgument, errDynamicOff)
+	}
+	if ps == nil || ps.id == 0 {
+		return fmt.Errorf("%w: the global process set cannot be removed", ErrInvalidArgument)
+	}
+	w.dynMu.Lock()
+	defer w.dynMu.Unlock()
+	w.mu.RLock()
+	cur, ok := w.sets[ps.id]
+	w.mu.RUnlock()
+	if !ok || cur != ps {
+		return fmt.Errorf("%w: remove_process_set: process set %d", ErrUnknownSet, ps.id)
+	}
+	if err := w.agree("remove", strconv.Itoa(ps.id)+"|"); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	delete(w.sets, ps.id)
+	w.order = slices.DeleteFunc(w.order, func(id int) bool { return id == ps.id })
+	w.freeIDs = append(w.freeIDs, ps.id)
+	w.mu.Unlock()
+	if ps.eng != nil {
+		ps.eng.Close(fmt.Errorf("%w: process set %d %v has been removed", engine.ErrShutdown, ps.id, ps.ranks))
+	}
+	if ps.p2p != nil {
+		ps.p2p.Close()
+	}
+	return nil
+}
+
+// nextSetID reuses the oldest freed id, as Horovod does.
+func (w *World) nextSetID() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.freeIDs) > 0 {
+		id := w.freeIDs[0]
+		w.freeIDs = w.freeIDs[1:]
+		return id
+	}
+	w.maxID++
+	return w.maxID
+}
