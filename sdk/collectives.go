@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
@@ -15,6 +16,8 @@ type ReduceOptions struct {
 	// result after it (0 means 1). Average divides the postscale by the set
 	// size. Integer tensors are scaled as double·int truncated toward zero.
 	Prescale, Postscale float64
+	// Compression casts floating tensors to 16 bits on the wire.
+	Compression Compression
 	// Name identifies the tensor across ranks (Horovod's name=): ops are
 	// matched by name, not by call order. Empty: "<op>.noname.<n>" with a
 	// per-process-set counter, so unnamed calls must happen in the same
@@ -32,6 +35,11 @@ type Handle struct {
 	ps  *ProcessSet
 	op  string
 	ops []*engine.Op
+	// finish[i], when set, turns op i's wire result into the user's output
+	// (decompression); run once, by the first Wait.
+	finish []func(engine.Tensor) Tensor
+	once   sync.Once
+	outs   []Tensor
 }
 
 // Wait blocks until the op completes and returns its output (the first one
@@ -42,7 +50,17 @@ func (h *Handle) Wait() (Tensor, error) {
 			return Tensor{}, h.ps.wrapErr(h.op, err)
 		}
 	}
-	return fromEngine(h.ops[0].Handle().Out), nil
+	h.once.Do(func() {
+		h.outs = make([]Tensor, len(h.ops))
+		for i, o := range h.ops {
+			if i < len(h.finish) && h.finish[i] != nil {
+				h.outs[i] = h.finish[i](o.Handle().Out)
+			} else {
+				h.outs[i] = fromEngine(o.Handle().Out)
+			}
+		}
+	})
+	return h.outs[0], nil
 }
 
 // Poll reports whether the op (every op of a group) has completed.
@@ -55,14 +73,9 @@ func (h *Handle) Poll() bool {
 	return true
 }
 
-// Outputs returns every output of a grouped op, in input order (after Wait).
-func (h *Handle) Outputs() []Tensor {
-	out := make([]Tensor, len(h.ops))
-	for i, o := range h.ops {
-		out[i] = fromEngine(o.Handle().Out)
-	}
-	return out
-}
+// Outputs returns every output of a grouped op, in input order (valid
+// after a successful Wait).
+func (h *Handle) Outputs() []Tensor { return h.outs }
 
 // ReceivedSplits returns, for an alltoall, the rows received from each
 // member (after Wait).
@@ -96,6 +109,9 @@ func (ps *ProcessSet) enqueue(op string, ops ...*engine.Op) (*Handle, error) {
 }
 
 func (o ReduceOptions) check(op string, t Tensor) error {
+	if err := o.Compression.valid(); err != nil {
+		return err
+	}
 	if _, err := o.Op.backendOp(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -121,6 +137,18 @@ func (ps *ProcessSet) AllreduceAsync(t Tensor, o ReduceOptions) (*Handle, error)
 	if err := o.check(op, t); err != nil {
 		return nil, err
 	}
+	wire, back := o.Compression.compress(t)
+	if back != nil { // wire is a fresh buffer: reduce it in place, cast back after
+		h, err := ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, wire, wire, o, ps.fullName(op, o.Name)))
+		if h != nil {
+			h.finish = []func(engine.Tensor) Tensor{func(w engine.Tensor) Tensor {
+				out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
+				back(fromEngine(w), out)
+				return out
+			}}
+		}
+		return h, err
+	}
 	out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
 	return ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, t, out, o, ps.fullName(op, o.Name)))
 }
@@ -134,6 +162,14 @@ func (ps *ProcessSet) AllreduceInPlaceAsync(t Tensor, o ReduceOptions) (*Handle,
 	}
 	if err := o.check(op, t); err != nil {
 		return nil, err
+	}
+	wire, back := o.Compression.compress(t)
+	if back != nil {
+		h, err := ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, wire, wire, o, ps.fullName(op, o.Name)))
+		if h != nil {
+			h.finish = []func(engine.Tensor) Tensor{func(w engine.Tensor) Tensor { back(fromEngine(w), t); return t }}
+		}
+		return h, err
 	}
 	return ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, t, t, o, ps.fullName(op, o.Name)))
 }
@@ -160,6 +196,7 @@ func (ps *ProcessSet) GroupedAllreduceAsync(ts []Tensor, o ReduceOptions) (*Hand
 	}
 	base := ps.fullName(op, o.Name)
 	ops := make([]*engine.Op, len(ts))
+	finish := make([]func(engine.Tensor) Tensor, len(ts))
 	for i, t := range ts {
 		if err := t.validate(op); err != nil {
 			return nil, err
@@ -167,11 +204,25 @@ func (ps *ProcessSet) GroupedAllreduceAsync(ts []Tensor, o ReduceOptions) (*Hand
 		if err := o.check(op, t); err != nil {
 			return nil, err
 		}
-		out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
-		ops[i] = ps.reduceOp(engine.Allreduce, op, t, out, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
+		name := fmt.Sprintf("%s_%dof%d", base, i+1, len(ts))
+		if wire, back := o.Compression.compress(t); back != nil {
+			ops[i] = ps.reduceOp(engine.Allreduce, op, wire, wire, o, name)
+			finish[i] = func(w engine.Tensor) Tensor {
+				out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
+				back(fromEngine(w), out)
+				return out
+			}
+		} else {
+			out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
+			ops[i] = ps.reduceOp(engine.Allreduce, op, t, out, o, name)
+		}
 		ops[i].Group, ops[i].GroupSize = base, len(ts)
 	}
-	return ps.enqueue(op, ops...)
+	h, err := ps.enqueue(op, ops...)
+	if h != nil {
+		h.finish = finish
+	}
+	return h, err
 }
 
 // GroupedAllreduce is GroupedAllreduceAsync then Wait; it returns the outputs.
@@ -302,11 +353,19 @@ func (ps *ProcessSet) ReducescatterAsync(t Tensor, o ReduceOptions) (*Handle, er
 	if err := ps.scatterable(op, t, o); err != nil {
 		return nil, err
 	}
-	return ps.enqueue(op, ps.reduceOp(engine.Reducescatter, op, t, Tensor{}, o, ps.fullName(op, o.Name)))
+	wire, back := o.Compression.compress(t)
+	h, err := ps.enqueue(op, ps.reduceOp(engine.Reducescatter, op, wire, Tensor{}, o, ps.fullName(op, o.Name)))
+	if h != nil {
+		h.finish = []func(engine.Tensor) Tensor{uncompressRows(t.DType, back)}
+	}
+	return h, err
 }
 
 func (ps *ProcessSet) scatterable(op string, t Tensor, o ReduceOptions) error {
 	if err := t.validate(op); err != nil {
+		return err
+	}
+	if err := o.Compression.valid(); err != nil {
 		return err
 	}
 	if o.Op != Sum && o.Op != Average {
@@ -335,14 +394,34 @@ func (ps *ProcessSet) GroupedReducescatterAsync(ts []Tensor, o ReduceOptions) (*
 	}
 	base := ps.fullName(op, o.Name)
 	ops := make([]*engine.Op, len(ts))
+	finish := make([]func(engine.Tensor) Tensor, len(ts))
 	for i, t := range ts {
 		if err := ps.scatterable(op, t, o); err != nil {
 			return nil, err
 		}
-		ops[i] = ps.reduceOp(engine.Reducescatter, op, t, Tensor{}, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
+		wire, back := o.Compression.compress(t)
+		ops[i] = ps.reduceOp(engine.Reducescatter, op, wire, Tensor{}, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
 		ops[i].Group, ops[i].GroupSize = base, len(ts)
+		finish[i] = uncompressRows(t.DType, back)
 	}
-	return ps.enqueue(op, ops...)
+	h, err := ps.enqueue(op, ops...)
+	if h != nil {
+		h.finish = finish
+	}
+	return h, err
+}
+
+// uncompressRows casts a reducescatter's 16-bit result back to dt (nil when
+// nothing was compressed).
+func uncompressRows(dt DType, back func(wire, dst Tensor)) func(engine.Tensor) Tensor {
+	if back == nil {
+		return nil
+	}
+	return func(w engine.Tensor) Tensor {
+		out := Tensor{Data: make([]byte, len(w.Data)/2*dt.Size()), DType: dt, Shape: w.Shape}
+		back(fromEngine(w), out)
+		return out
+	}
 }
 
 // Barrier returns once every member of the set has called it.

@@ -287,3 +287,36 @@ func TestStallWarningAndShutdown(t *testing.T) {
 		t.Fatalf("stall warning does not name rank 2 and the tensor:\n%s", joined)
 	}
 }
+
+func TestCompressionRestoresDType(t *testing.T) {
+	ws := mustWorlds(t, 2, worldOpts{})
+	each(t, ws, func(w *World) error {
+		for _, c := range []Compression{CompressionFP16, CompressionBF16} {
+			in := []float64{1.5, -2.25, float64(w.Rank()) + 0.125}
+			out, err := w.GlobalProcessSet().Allreduce(TensorOf(in), ReduceOptions{Op: Sum, Compression: c})
+			if err != nil {
+				return err
+			}
+			if out.DType != Float64 || !slices.Equal(SliceOf[float64](out), []float64{3, -4.5, 1.25}) {
+				return fmt.Errorf("%v: %v %v", c, out.DType, SliceOf[float64](out))
+			}
+			f := []float32{0.1}
+			if err := w.GlobalProcessSet().AllreduceInPlace(TensorOf(f), ReduceOptions{Op: Sum, Compression: c}); err != nil {
+				return err
+			}
+			// 0.1 is not exact in 16 bits: the result carries the wire precision.
+			if f[0] == 0.2 || f[0] < 0.19 || f[0] > 0.21 {
+				return fmt.Errorf("%v in place: %v", c, f[0])
+			}
+			ints := TensorOf([]int32{7})
+			if err := w.GlobalProcessSet().AllreduceInPlace(ints, ReduceOptions{Op: Sum, Compression: c}); err != nil || SliceOf[int32](ints)[0] != 14 {
+				return fmt.Errorf("ints are not compressed: %v %v", err, SliceOf[int32](ints))
+			}
+			rs, err := w.GlobalProcessSet().Reducescatter(TensorOf([]float32{1, 2, 3, 4}, 4, 1), ReduceOptions{Op: Sum, Compression: c})
+			if err != nil || rs.DType != Float32 || !slices.Equal(SliceOf[float32](rs), []float32{2 + 4*float32(w.Rank()), 4 + 4*float32(w.Rank())}) {
+				return fmt.Errorf("%v reducescatter: %v %v", c, err, SliceOf[float32](rs))
+			}
+		}
+		return nil
+	})
+}
