@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/sdk/internal/timeline"
 )
 
 // Ranks enqueue the same named tensors in different orders; negotiation
@@ -319,4 +321,45 @@ func TestCompressionRestoresDType(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// HOROVOD_TIMELINE writes a Chrome trace on rank 0 with Horovod's phase
+// names; parse it back.
+func TestTimelineFile(t *testing.T) {
+	path := t.TempDir() + "/timeline.json"
+	ws := mustWorlds(t, 2, worldOpts{env: map[string]string{"HOROVOD_TIMELINE": path}})
+	each(t, ws, func(w *World) error {
+		g := w.GlobalProcessSet()
+		// A group is released together, so it is fused: MEMCPY events.
+		ts := []Tensor{TensorOf([]float32{1, 2}), TensorOf([]float32{3}), TensorOf([]float32{4})}
+		if _, err := g.GroupedAllreduce(ts, ReduceOptions{Name: "grad"}); err != nil {
+			return err
+		}
+		if _, err := g.Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "grad0"}); err != nil {
+			return err
+		}
+		_, err := g.Allgather(TensorOf([]int32{1}))
+		return err
+	})
+	ws[0].Close()
+	events, err := timeline.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	procs := map[string]bool{}
+	for _, e := range events {
+		seen[e.Name] = true
+		if e.Name == "process_name" {
+			procs[fmt.Sprint(e.Args["name"])] = true
+		}
+	}
+	for _, want := range []string{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "TCP_ALLREDUCE", "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_ALLGATHER", "ALLGATHER", "TCP_ALLGATHER", "0", "1"} {
+		if !seen[want] {
+			t.Errorf("no %q event in the timeline", want)
+		}
+	}
+	if !procs["allreduce.grad0"] || !procs["grouped_allreduce.grad_2of3"] || !procs["allgather.noname.1"] {
+		t.Errorf("tensors missing from the timeline: %v", procs)
+	}
 }

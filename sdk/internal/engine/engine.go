@@ -309,6 +309,9 @@ func (e *Engine) round() error {
 			if err != nil {
 				return fmt.Errorf("hvd: engine: message from set rank %d: %w", r, err)
 			}
+			for _, q := range rm.Requests {
+				e.cfg.Timeline.NegotiateRankReady(q.Name, e.global(r))
+			}
 			resps = append(resps, e.coord.Submit(r, rm.Requests, now)...)
 		}
 		resps = append(resps, e.coord.Ready()...)
@@ -488,21 +491,42 @@ func (e *Engine) allreduce(r *Response) error {
 		off += size
 	}
 	Scale(buf, r.DType, pre)
+	e.activity(ops, e.cfg.Library+"_ALLREDUCE")
 	if err := e.comm.Allreduce(buf, r.DType, bop); err != nil {
 		return err
 	}
+	e.activity(ops, "")
 	Scale(buf, r.DType, post)
 	off = 0
 	for i, o := range ops {
 		size := r.Counts[i] * es
 		if o != nil {
+			e.cfg.Timeline.ActivityStart(o.Name, "MEMCPY_OUT_FUSION_BUFFER")
 			copy(o.Out.Data, buf[off:off+size])
+			e.cfg.Timeline.ActivityEnd(o.Name)
 			o.h.Out = o.Out
 			e.complete(o, nil)
 		}
 		off += size
 	}
 	return nil
+}
+
+// activity starts (name != "") or ends a timeline activity on every op.
+func (e *Engine) activity(ops []*Op, name string) {
+	if e.cfg.Timeline == nil {
+		return
+	}
+	for _, o := range ops {
+		if o == nil {
+			continue
+		}
+		if name == "" {
+			e.cfg.Timeline.ActivityEnd(o.Name)
+		} else {
+			e.cfg.Timeline.ActivityStart(o.Name, name)
+		}
+	}
 }
 
 func (e *Engine) allgather(o *Op, r *Response) error {
