@@ -363,3 +363,57 @@ func TestTimelineFile(t *testing.T) {
 		t.Errorf("tensors missing from the timeline: %v", procs)
 	}
 }
+
+// Steady state: after the first iteration, the same named tensors are
+// served from the response cache, skipping the coordinator; changing a
+// shape invalidates the entry everywhere, and a rank that changes it alone
+// gets a mismatch error instead of a hang.
+func TestResponseCache(t *testing.T) {
+	ws := mustWorlds(t, 3, worldOpts{})
+	each(t, ws, func(w *World) error {
+		g := w.GlobalProcessSet()
+		step := func(it int, n int) error {
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(it)
+			}
+			if err := g.AllreduceInPlace(TensorOf(v), ReduceOptions{Op: Sum, Name: "w"}); err != nil {
+				return err
+			}
+			if v[0] != float32(3*it) {
+				return fmt.Errorf("iteration %d: %v", it, v[0])
+			}
+			return nil
+		}
+		if err := step(1, 4); err != nil {
+			return err
+		}
+		before := g.Stats()
+		for it := 2; it <= 11; it++ {
+			if err := step(it, 4); err != nil {
+				return err
+			}
+		}
+		after := g.Stats()
+		if got := after.CachedOps - before.CachedOps; got != 10 {
+			return fmt.Errorf("%d of 10 steady-state ops came from the cache", got)
+		}
+		if after.SentRequests != before.SentRequests {
+			return fmt.Errorf("steady state still sent %d requests to the coordinator", after.SentRequests-before.SentRequests)
+		}
+		// Same name, new shape on every rank: renegotiated, correct.
+		if err := step(12, 7); err != nil {
+			return err
+		}
+		// Only rank 1 changes the shape: a clear error on every rank.
+		n := 7
+		if w.Rank() == 1 {
+			n = 5
+		}
+		err := step(13, n)
+		if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "rank 1 has [5]") {
+			return fmt.Errorf("changed shape on one rank: %v", err)
+		}
+		return step(14, 7)
+	})
+}

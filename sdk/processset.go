@@ -189,3 +189,16 @@ func eights(n int) []int {
 	}
 	return c
 }
+
+// EngineStats are a member's negotiation counters for the set (zero on
+// non-members): rounds, rounds that went through the coordinator, and ops
+// served from the response cache.
+type EngineStats = engine.Stats
+
+// Stats returns the set's engine counters.
+func (ps *ProcessSet) Stats() EngineStats {
+	if ps.eng == nil {
+		return EngineStats{}
+	}
+	return ps.eng.Stats()
+}

@@ -72,20 +72,55 @@ func mustWorlds(t *testing.T, n int, o worldOpts) []*World {
 	return ws
 }
 
-// each runs f on every rank concurrently and fails the test on errors.
+// each runs f on every rank concurrently and fails the test on errors. If
+// some rank does not finish (a rank that returned early can leave the
+// others waiting for it), the errors of the finished ranks are reported
+// instead of hanging.
 func each(t *testing.T, ws []*World, f func(w *World) error) {
 	t.Helper()
 	errs := make([]error, len(ws))
+	done := make([]bool, len(ws))
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for r, w := range ws {
 		wg.Add(1)
-		go func() { defer wg.Done(); errs[r] = f(w) }()
+		go func() {
+			defer wg.Done()
+			err := f(w)
+			mu.Lock()
+			errs[r], done[r] = err, true
+			mu.Unlock()
+		}()
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		for r := range ws {
+			if !done[r] {
+				t.Errorf("rank %d did not finish within 30 s", r)
+			}
+		}
+	}
 	for r, err := range errs {
 		if err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
+	}
+	if t.Failed() && !isDone(finished) {
+		t.FailNow()
+	}
+}
+
+func isDone(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

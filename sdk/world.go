@@ -365,7 +365,7 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 		ps.eng, err = engine.New(engine.Config{
 			Comm: sc.eng, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
-			Logf: w.logf, Timeline: w.timeline, Library: "TCP",
+			Logf: w.logf, Timeline: w.timeline, Library: "TCP", CacheCapacity: w.knobs.cache,
 		})
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
@@ -46,7 +47,8 @@ type Op struct {
 	Group     string
 	GroupSize int
 
-	h Handle
+	h   Handle
+	req Request // what was negotiated (kept for the response cache)
 }
 
 // Handle is the result of an Op. Wait and Poll are safe from any goroutine.
@@ -91,6 +93,9 @@ type Config struct {
 	Logf                        func(format string, args ...any)
 	Timeline                    *timeline.Timeline // nil: none
 	Library                     string             // for timeline activity names, e.g. "TCP"
+	// CacheCapacity is the response cache size (HOROVOD_CACHE_CAPACITY);
+	// 0 disables the cache. Must be the same on every member.
+	CacheCapacity int
 }
 
 // Engine runs one process set's negotiation and execution on its own
@@ -104,6 +109,9 @@ type Engine struct {
 	coord     *Coordinator
 	lastStall time.Time
 
+	cache   *Cache
+	waiting []Request // cached locally, not yet ready everywhere (engine goroutine only)
+
 	mu     sync.Mutex
 	table  map[string]*Op
 	queue  []Request
@@ -113,6 +121,21 @@ type Engine struct {
 
 	fusion []byte
 	done   chan struct{}
+
+	stats struct{ rounds, negotiations, sent, cached atomic.Uint64 }
+}
+
+// Stats counts the engine's work since it started.
+type Stats struct {
+	Rounds       uint64 // negotiation rounds
+	Negotiations uint64 // rounds that went through the coordinator
+	SentRequests uint64 // requests this rank sent to the coordinator
+	CachedOps    uint64 // responses executed straight from the response cache
+}
+
+// Stats returns the counters (safe from any goroutine).
+func (e *Engine) Stats() Stats {
+	return Stats{e.stats.rounds.Load(), e.stats.negotiations.Load(), e.stats.sent.Load(), e.stats.cached.Load()}
 }
 
 // New starts the engine's goroutine.
@@ -126,7 +149,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	e := &Engine{cfg: cfg, comm: cfg.Comm, msg: msg, idle: idle, rank: cfg.Comm.Rank(), n: cfg.Comm.Size(),
-		table: map[string]*Op{}, done: make(chan struct{}), lastStall: time.Now()}
+		table: map[string]*Op{}, done: make(chan struct{}), lastStall: time.Now(), cache: NewCache(cfg.CacheCapacity)}
 	if e.rank == 0 {
 		e.coord = NewCoordinator(e.n, cfg.GlobalRanks)
 	}
@@ -161,9 +184,10 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		} else {
 			e.table[o.Name] = o
 		}
-		e.queue = append(e.queue, Request{Type: o.Type, DType: o.In.DType, Name: o.Name, Shape: o.In.Shape,
+		o.req = Request{Type: o.Type, DType: o.In.DType, Name: o.Name, Shape: o.In.Shape,
 			ReduceOp: o.ReduceOp, Prescale: o.Prescale, Postscale: o.Postscale, Root: int32(o.Root),
-			Group: o.Group, GroupSize: int32(o.GroupSize)})
+			Group: o.Group, GroupSize: int32(o.GroupSize)}
+		e.queue = append(e.queue, o.req)
 		e.cfg.Timeline.NegotiateStart(o.Name, o.Type.String())
 	}
 	e.idle.Kick()
@@ -267,38 +291,118 @@ func (e *Engine) failAll(err error) {
 }
 
 // round is one negotiation and execution cycle. Every member takes part:
-// the first exchange (an all-to-all of one status word) reaches every rank
-// directly, which is what wakes the idle ones from Idle.
+// the first exchange — every rank's status and response-cache bit vectors,
+// sent to every other rank directly — is what wakes the idle ones from
+// Idle. Tensors every rank has cached and ready (the AND of the hit bits)
+// execute from the cache without the coordinator; anything else goes
+// through the coordinator (gather to set rank 0, validated and fused
+// response list broadcast back).
 func (e *Engine) round() error {
 	e.mu.Lock()
-	reqs := e.queue
-	e.queue = nil
+	reqs := append(e.waiting, e.queue...)
+	e.queue, e.waiting = nil, nil
+	joining := len(e.joins) > 0
 	e.mu.Unlock()
 
-	var status [8]byte
-	if len(reqs) > 0 {
-		status[0] = 1
+	W := e.cache.Words()
+	status := make([]uint64, 1+2*W) // flags, hit bits, invalid bits
+	hits, invalid := status[1:1+W], status[1+W:]
+	var uncached []Request
+	hitReq := map[int]Request{}
+	for _, q := range reqs {
+		if W > 0 && Cacheable(q.Type) && !joining {
+			bit, st := e.cache.Lookup(&q)
+			if st == Hit {
+				hits[bit/64] |= 1 << (bit % 64)
+				hitReq[bit] = q
+				continue
+			}
+			if st == Invalid {
+				invalid[bit/64] |= 1 << (bit % 64)
+			}
+		}
+		uncached = append(uncached, q)
 	}
-	all := make([]byte, 8*e.n)
+	const flagUncached, flagJoin = 1, 2
+	if len(uncached) > 0 {
+		status[0] |= flagUncached
+	}
+	if joining {
+		status[0] |= flagJoin
+	}
+	per := 8 * len(status)
+	all := make([]byte, per*e.n)
 	counts := make([]int, e.n)
 	for i := range counts {
-		counts[i] = 8
+		counts[i] = per
 	}
-	if err := e.comm.Allgatherv(status[:], all, counts); err != nil {
+	if err := e.comm.Allgatherv(words(status), all, counts); err != nil {
 		return err
 	}
-	anyReq := false
+	var flags uint64
+	common := make([]uint64, W)
+	invalidAll := make([]uint64, W)
+	for i := range common {
+		common[i] = ^uint64(0)
+	}
 	for r := 0; r < e.n; r++ {
-		if all[8*r] != 0 {
-			anyReq = true
+		v := all[per*r:]
+		flags |= binary.LittleEndian.Uint64(v)
+		for i := 0; i < W; i++ {
+			common[i] &= binary.LittleEndian.Uint64(v[8*(1+i):])
+			invalidAll[i] |= binary.LittleEndian.Uint64(v[8*(1+W+i):])
 		}
 	}
-	if !anyReq {
-		return nil
+	// While a rank is joining, everything is negotiated (the coordinator
+	// knows who contributes zeros).
+	var cached []Response
+	for bit := 0; bit < 64*W; bit++ {
+		q, mine := hitReq[bit]
+		if !mine {
+			continue
+		}
+		switch {
+		case flags&flagJoin != 0 || invalidAll[bit/64]&(1<<(bit%64)) != 0:
+			uncached = append(uncached, q)
+		case common[bit/64]&(1<<(bit%64)) != 0:
+			cached = append(cached, e.cache.Response(bit))
+		default:
+			e.waiting = append(e.waiting, q) // others have not enqueued it yet
+		}
 	}
+	e.cache.Erase(invalidAll)
+	e.stats.rounds.Add(1)
+	e.stats.cached.Add(uint64(len(cached)))
+	var list []Response
+	if len(cached) > 0 {
+		list = Fuse(cached, e.cfg.FusionThreshold)
+	}
+	if flags&flagUncached != 0 {
+		e.stats.negotiations.Add(1)
+		e.stats.sent.Add(uint64(len(uncached)))
+		slow, err := e.negotiate(uncached)
+		if err != nil {
+			return err
+		}
+		for _, r := range slow {
+			e.remember(r)
+		}
+		list = append(list, slow...)
+	}
+	for i := range list {
+		if err := e.execute(&list[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// negotiate sends this rank's uncached requests to the coordinator and
+// returns the response list it broadcasts.
+func (e *Engine) negotiate(reqs []Request) ([]Response, error) {
 	msgs, err := e.msg.GatherMsgs((&RankMessage{Requests: reqs}).Encode(), 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var payload []byte
 	if e.coord != nil {
@@ -307,7 +411,7 @@ func (e *Engine) round() error {
 		for r, m := range msgs {
 			rm, err := DecodeRankMessage(m)
 			if err != nil {
-				return fmt.Errorf("hvd: engine: message from set rank %d: %w", r, err)
+				return nil, fmt.Errorf("hvd: engine: message from set rank %d: %w", r, err)
 			}
 			for _, q := range rm.Requests {
 				e.cfg.Timeline.NegotiateRankReady(q.Name, e.global(r))
@@ -319,18 +423,43 @@ func (e *Engine) round() error {
 	}
 	b, err := e.msg.BcastMsg(payload, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	list, err := DecodeResponseList(b)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i := range list.Responses {
-		if err := e.execute(&list.Responses[i]); err != nil {
-			return err
+	return list.Responses, nil
+}
+
+// remember puts cacheable negotiated responses into the cache, one entry
+// per tensor, in list order (the same on every member).
+func (e *Engine) remember(r Response) {
+	if e.cache.Words() == 0 || !Cacheable(r.Type) || len(r.Joined) > 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, name := range r.Names {
+		o := e.table[name]
+		if o == nil {
+			continue
 		}
+		one := r
+		one.Names = []string{name}
+		if r.Type == Allreduce {
+			one.Counts = []int64{r.Counts[i]}
+		}
+		e.cache.Put(o.req, one)
 	}
-	return nil
+}
+
+func words(v []uint64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], x)
+	}
+	return b
 }
 
 // entries returns this rank's ops for the response's names (nil where the

@@ -211,3 +211,33 @@ func TestFuse(t *testing.T) {
 		t.Fatal("threshold 0 must disable fusion")
 	}
 }
+
+func TestCacheHitInvalidEvict(t *testing.T) {
+	c := NewCache(2)
+	a, b, d := req(Allreduce, "a", 2), req(Allreduce, "b", 2), req(Allreduce, "d", 2)
+	c.Put(a, Response{Type: Allreduce, Names: []string{"a"}})
+	c.Put(b, Response{Type: Allreduce, Names: []string{"b"}})
+	if bit, st := c.Lookup(&a); st != Hit || bit != 0 {
+		t.Fatalf("a: %d %v", bit, st)
+	}
+	a2 := a
+	a2.Shape = []int64{3}
+	if _, st := c.Lookup(&a2); st != Invalid {
+		t.Fatalf("changed shape must be invalid, got %v", st)
+	}
+	c.Response(0) // a is now more recently used than b
+	c.Put(d, Response{Type: Allreduce, Names: []string{"d"}})
+	if _, st := c.Lookup(&b); st != Miss {
+		t.Fatal("LRU entry b not evicted")
+	}
+	if c.Name(0) != "a" || c.Name(1) != "d" {
+		t.Fatalf("positions: %s %s", c.Name(0), c.Name(1))
+	}
+	c.Erase([]uint64{1})
+	if c.Len() != 1 || c.Name(0) != "d" {
+		t.Fatalf("erase: %d", c.Len())
+	}
+	if NewCache(0).Words() != 0 || NewCache(65).Words() != 2 {
+		t.Fatal("words")
+	}
+}
