@@ -366,6 +366,7 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 			Comm: sc.eng, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
 			Logf: w.logf, Timeline: w.timeline, Library: "TCP", CacheCapacity: w.knobs.cache,
+			Spin: w.engineSpin(),
 		})
 		if err != nil {
 			return err
@@ -532,4 +533,13 @@ func (w *World) Join() (int, error) {
 		return -1, err
 	}
 	return ps.ranks[h.ops[0].Handle().LastJoined], nil
+}
+
+// engineSpin is the engine's busy-poll budget: HVD_SPIN_US when set, else
+// tcp.DefaultSpin for this host's rank count.
+func (w *World) engineSpin() time.Duration {
+	if w.spin >= 0 {
+		return w.spin
+	}
+	return tcp.DefaultSpin(w.topo.LocalSize)
 }

@@ -95,7 +95,7 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.warmup, "w", -1, "warm-up calls (-1 = by size)")
 	fs.StringVar(&o.system, "system", "", "system name in the JSON rows (default hvd-<backend>)")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: hvdrun -np N hvdbench {%s} [flags]\n", strings.Join(ops, "|"))
+		fmt.Fprintf(fs.Output(), "usage: hvdrun -np N hvdbench {%s} [flags]\n       hvdrun -np N hvdbench engine [--dynamic-sets N] [--json FILE]\n", strings.Join(ops, "|"))
 		fs.PrintDefaults()
 	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -180,6 +180,9 @@ func schedule(bytes int64) (k, warm, samples int) {
 }
 
 func run(args []string, stdout io.Writer) error {
+	if len(args) > 0 && args[0] == "engine" {
+		return runEngine(args[1:], stdout)
+	}
 	o, err := parse(args)
 	if err != nil {
 		return err
@@ -335,4 +338,11 @@ func busFactor(op string, n int) float64 {
 		return 0
 	}
 	return 1
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

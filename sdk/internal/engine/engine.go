@@ -63,8 +63,13 @@ type Handle struct {
 // Handle returns the op's handle (valid after Enqueue).
 func (o *Op) Handle() *Handle { return &o.h }
 
-// Wait blocks until the op completed and returns its error.
-func (h *Handle) Wait() error { <-h.done; return h.err }
+// Wait blocks until the op completed and returns its error. (It does not
+// spin: the engine goroutine does, and two spinning threads per process
+// starve each other on small machines.)
+func (h *Handle) Wait() error {
+	<-h.done
+	return h.err
+}
 
 // Poll reports whether the op completed, without blocking.
 func (h *Handle) Poll() bool {
@@ -93,6 +98,9 @@ type Config struct {
 	Logf                        func(format string, args ...any)
 	Timeline                    *timeline.Timeline // nil: none
 	Library                     string             // for timeline activity names, e.g. "TCP"
+	// Spin is how long the engine goroutine busy-polls for work before
+	// sleeping (0 when ranks outnumber cores; see tcp.DefaultSpin).
+	Spin time.Duration
 	// CacheCapacity is the response cache size (HOROVOD_CACHE_CAPACITY);
 	// 0 disables the cache. Must be the same on every member.
 	CacheCapacity int
@@ -122,7 +130,8 @@ type Engine struct {
 	fusion []byte
 	done   chan struct{}
 
-	stats struct{ rounds, negotiations, sent, cached atomic.Uint64 }
+	stats  struct{ rounds, negotiations, sent, cached atomic.Uint64 }
+	queued atomic.Bool // queue non-empty (read while spinning, without the lock)
 }
 
 // Stats counts the engine's work since it started.
@@ -190,6 +199,7 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		e.queue = append(e.queue, o.req)
 		e.cfg.Timeline.NegotiateStart(o.Name, o.Type.String())
 	}
+	e.queued.Store(true)
 	e.idle.Kick()
 	return nil
 }
@@ -227,6 +237,9 @@ func (e *Engine) loop() {
 		if closed {
 			return
 		}
+		if !hasNew && e.cfg.Spin > 0 {
+			hasNew = e.spinForWork()
+		}
 		if !hasNew {
 			timeout := time.Duration(-1)
 			if e.coord != nil && e.cfg.StallWarning > 0 {
@@ -257,6 +270,23 @@ func (e *Engine) loop() {
 			return
 		}
 	}
+}
+
+// spinForWork busy-polls for up to Config.Spin for a local enqueue or a
+// peer starting a round, so back-to-back ops skip the sleep/wake-up.
+func (e *Engine) spinForWork() bool {
+	deadline := time.Now().Add(e.cfg.Spin)
+	for time.Now().Before(deadline) {
+		if e.queued.Load() {
+			return true
+		}
+		if in, err := e.idle.Idle(0); in || err != nil {
+			return true // an error is reported by the round
+		}
+	}
+	// Idle(0) may have consumed an enqueue's Kick: look once more, or the
+	// blocking Idle that follows would sleep through it.
+	return e.queued.Load()
 }
 
 // stop records why the engine stopped and fails everything pending.
@@ -301,6 +331,7 @@ func (e *Engine) round() error {
 	e.mu.Lock()
 	reqs := append(e.waiting, e.queue...)
 	e.queue, e.waiting = nil, nil
+	e.queued.Store(false)
 	joining := len(e.joins) > 0
 	e.mu.Unlock()
 
