@@ -111,13 +111,23 @@ func (w *World) RemoveProcessSet(ps *ProcessSet) error {
 	if err := w.agree("remove", strconv.Itoa(ps.id)+"|"); err != nil {
 		return err
 	}
+	removed := fmt.Errorf("%w: process set %d %v has been removed", engine.ErrShutdown, ps.id, ps.ranks)
+	if ps.eng != nil {
+		ps.eng.Retire(removed)
+	}
+	// Nobody closes the set's connections before every rank has marked it
+	// retiring: otherwise a member could see a peer's close first and report
+	// a peer failure instead of the removal.
+	if err := w.GlobalProcessSet().Barrier(); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	delete(w.sets, ps.id)
 	w.order = slices.DeleteFunc(w.order, func(id int) bool { return id == ps.id })
 	w.freeIDs = append(w.freeIDs, ps.id)
 	w.mu.Unlock()
 	if ps.eng != nil {
-		ps.eng.Close(fmt.Errorf("%w: process set %d %v has been removed", engine.ErrShutdown, ps.id, ps.ranks))
+		ps.eng.Close(removed)
 	}
 	if ps.p2p != nil {
 		ps.p2p.Close()

@@ -125,6 +125,7 @@ type Engine struct {
 	queue  []Request
 	joins  []*Op
 	err    error // set once the engine stops: every later enqueue fails with it
+	retire error // if set, the reason given to pending ops whatever stops the engine
 	closed bool
 
 	fusion []byte
@@ -213,12 +214,24 @@ func (e *Engine) Close(err error) {
 	e.mu.Lock()
 	if e.err == nil {
 		e.err = err
+		if e.retire != nil {
+			e.err = e.retire
+		}
 	}
 	e.closed = true
 	e.mu.Unlock()
 	e.comm.Close()
 	<-e.done
 	e.failAll(e.err)
+}
+
+// Retire records why the engine is about to be closed (the set is being
+// removed): from now on, whatever stops it — Close, or peers closing their
+// side first — pending ops fail with err.
+func (e *Engine) Retire(err error) {
+	e.mu.Lock()
+	e.retire = err
+	e.mu.Unlock()
 }
 
 // Err returns the error that stopped the engine, or nil while it runs.
@@ -293,7 +306,10 @@ func (e *Engine) spinForWork() bool {
 func (e *Engine) stop(err error) {
 	e.mu.Lock()
 	if e.err == nil {
-		if e.closed {
+		switch {
+		case e.retire != nil:
+			err = e.retire
+		case e.closed:
 			err = ErrShutdown
 		}
 		e.err = err
