@@ -272,3 +272,15 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(ls, "\n")
 }
+
+// The engine's scenarios with ranks as processes (sizes 2, 3, 4).
+func TestEngineScenariosAsProcesses(t *testing.T) {
+	for _, np := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			out, code := hvdrun(t, 2*time.Minute, nil, "-np", strconv.Itoa(np), bin("hvdconform"), "engine")
+			if code != 0 || strings.Count(out, "6 passed, 0 failed") != np {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 40))
+			}
+		})
+	}
+}

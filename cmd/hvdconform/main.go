@@ -34,6 +34,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "fault" {
 		os.Exit(fault())
 	}
+	if len(os.Args) > 1 && os.Args[1] == "engine" {
+		os.Exit(engineScenarios())
+	}
 	quick := flag.Bool("quick", false, "small element counts only (0, 1, 7, 1001)")
 	flag.Parse()
 	os.Exit(conform(*quick))
