@@ -417,3 +417,40 @@ func TestResponseCache(t *testing.T) {
 		return step(14, 7)
 	})
 }
+
+func TestTimelineDynamic(t *testing.T) {
+	ws := mustWorlds(t, 1, worldOpts{})
+	if err := ws[0].StartTimeline(t.TempDir()+"/x.json", false); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "HOROVOD_TIMELINE=DYNAMIC") {
+		t.Fatalf("without DYNAMIC: %v", err)
+	}
+	ws = mustWorlds(t, 2, worldOpts{env: map[string]string{"HOROVOD_TIMELINE": "DYNAMIC"}})
+	path := t.TempDir() + "/dyn.json"
+	each(t, ws, func(w *World) error {
+		if _, err := w.GlobalProcessSet().Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "before"}); err != nil {
+			return err
+		}
+		if err := w.StartTimeline(path, true); err != nil {
+			return err
+		}
+		if _, err := w.GlobalProcessSet().Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "during"}); err != nil {
+			return err
+		}
+		if err := w.GlobalProcessSet().Barrier(); err != nil {
+			return err
+		}
+		return w.StopTimeline()
+	})
+	events, err := timeline.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, e := range events {
+		if e.Name == "process_name" {
+			names[fmt.Sprint(e.Args["name"])] = true
+		}
+	}
+	if !names["allreduce.during"] || names["allreduce.before"] {
+		t.Fatalf("timeline tensors: %v", names)
+	}
+}

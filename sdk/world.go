@@ -71,7 +71,8 @@ type World struct {
 	opTO   time.Duration
 
 	knobs    knobs
-	timeline *timeline.Timeline
+	timeline atomic.Pointer[timeline.Timeline] // global rank 0 only
+	tlMu     sync.Mutex
 	logf     func(format string, args ...any)
 
 	dynamic bool
@@ -155,9 +156,11 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		}
 	}
 	if w.knobs.timeline != "" && w.knobs.timeline != "DYNAMIC" && id.Rank == 0 {
-		if w.timeline, err = timeline.Open(w.knobs.timeline, w.knobs.markCycles); err != nil {
+		tl, err := timeline.Open(w.knobs.timeline, w.knobs.markCycles)
+		if err != nil {
 			return nil, fmt.Errorf("hvd: HOROVOD_TIMELINE: %w", err)
 		}
+		w.timeline.Store(tl)
 	}
 	ok := false
 	defer func() {
@@ -365,7 +368,7 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 		ps.eng, err = engine.New(engine.Config{
 			Comm: sc.eng, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
-			Logf: w.logf, Timeline: w.timeline, Library: "TCP", CacheCapacity: w.knobs.cache,
+			Logf: w.logf, Timeline: &w.timeline, Library: "TCP", CacheCapacity: w.knobs.cache,
 			Spin: w.engineSpin(),
 		})
 		if err != nil {
@@ -404,7 +407,11 @@ func (w *World) shutdownAll() {
 			ps.p2p.Close()
 		}
 	}
-	w.timeline.Close()
+	if tl := w.timeline.Swap(nil); tl != nil {
+		if err := tl.Close(); err != nil {
+			w.logf("hvd: closing the timeline: %v", err)
+		}
+	}
 	if w.client != nil {
 		w.client.Close()
 	}
@@ -542,4 +549,43 @@ func (w *World) engineSpin() time.Duration {
 		return w.spin
 	}
 	return tcp.DefaultSpin(w.topo.LocalSize)
+}
+
+// StartTimeline starts writing a timeline to path at runtime (global rank 0
+// writes; other ranks do nothing). As in Horovod it needs
+// HOROVOD_TIMELINE=DYNAMIC; a timeline already running is closed first.
+func (w *World) StartTimeline(path string, markCycles bool) error {
+	if err := w.alive(); err != nil {
+		return err
+	}
+	if w.knobs.timeline != "DYNAMIC" {
+		return fmt.Errorf("%w: Set HOROVOD_TIMELINE=DYNAMIC to start and stop the timeline at runtime", ErrInvalidArgument)
+	}
+	if w.id.Rank != 0 {
+		return nil
+	}
+	w.tlMu.Lock()
+	defer w.tlMu.Unlock()
+	tl, err := timeline.Open(path, markCycles)
+	if err != nil {
+		return fmt.Errorf("hvd: start_timeline: %w", err)
+	}
+	if old := w.timeline.Swap(tl); old != nil {
+		return old.Close()
+	}
+	return nil
+}
+
+// StopTimeline stops a timeline started with StartTimeline and closes its
+// file (a valid JSON array).
+func (w *World) StopTimeline() error {
+	if w.knobs.timeline != "DYNAMIC" {
+		return fmt.Errorf("%w: Set HOROVOD_TIMELINE=DYNAMIC to start and stop the timeline at runtime", ErrInvalidArgument)
+	}
+	w.tlMu.Lock()
+	defer w.tlMu.Unlock()
+	if old := w.timeline.Swap(nil); old != nil {
+		return old.Close()
+	}
+	return nil
 }

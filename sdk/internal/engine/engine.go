@@ -96,8 +96,10 @@ type Config struct {
 	// fails every pending op after this long (0: never).
 	StallWarning, StallShutdown time.Duration
 	Logf                        func(format string, args ...any)
-	Timeline                    *timeline.Timeline // nil: none
-	Library                     string             // for timeline activity names, e.g. "TCP"
+	// Timeline is where the engine records its phases; it may be switched
+	// at runtime (HOROVOD_TIMELINE=DYNAMIC). nil or holding nil: none.
+	Timeline *atomic.Pointer[timeline.Timeline]
+	Library  string // for timeline activity names, e.g. "TCP"
 	// Spin is how long the engine goroutine busy-polls for work before
 	// sleeping (0 when ranks outnumber cores; see tcp.DefaultSpin).
 	Spin time.Duration
@@ -198,7 +200,7 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 			ReduceOp: o.ReduceOp, Prescale: o.Prescale, Postscale: o.Postscale, Root: int32(o.Root),
 			Group: o.Group, GroupSize: int32(o.GroupSize)}
 		e.queue = append(e.queue, o.req)
-		e.cfg.Timeline.NegotiateStart(o.Name, o.Type.String())
+		e.tl().NegotiateStart(o.Name, o.Type.String())
 	}
 	e.queued.Store(true)
 	e.idle.Kick()
@@ -272,7 +274,7 @@ func (e *Engine) loop() {
 				continue
 			}
 		}
-		e.cfg.Timeline.MarkCycleStart()
+		e.tl().MarkCycleStart()
 		if err := e.round(); err != nil {
 			e.stop(err)
 			return
@@ -283,6 +285,14 @@ func (e *Engine) loop() {
 			return
 		}
 	}
+}
+
+// tl returns the current timeline (nil: none; its methods accept nil).
+func (e *Engine) tl() *timeline.Timeline {
+	if e.cfg.Timeline == nil {
+		return nil
+	}
+	return e.cfg.Timeline.Load()
 }
 
 // spinForWork busy-polls for up to Config.Spin for a local enqueue or a
@@ -461,7 +471,7 @@ func (e *Engine) negotiate(reqs []Request) ([]Response, error) {
 				return nil, fmt.Errorf("hvd: engine: message from set rank %d: %w", r, err)
 			}
 			for _, q := range rm.Requests {
-				e.cfg.Timeline.NegotiateRankReady(q.Name, e.global(r))
+				e.tl().NegotiateRankReady(q.Name, e.global(r))
 			}
 			resps = append(resps, e.coord.Submit(r, rm.Requests, now)...)
 		}
@@ -529,7 +539,7 @@ func (e *Engine) complete(o *Op, err error) {
 	delete(e.table, o.Name)
 	e.mu.Unlock()
 	if err == nil {
-		e.cfg.Timeline.End(o.Name, o.In.DType.String(), o.h.Out.Shape)
+		e.tl().End(o.Name, o.In.DType.String(), o.h.Out.Shape)
 	}
 	o.h.err = err
 	close(o.h.done)
@@ -540,7 +550,7 @@ func (e *Engine) complete(o *Op, err error) {
 // ops it names.
 func (e *Engine) execute(r *Response) error {
 	for _, n := range r.Names {
-		e.cfg.Timeline.NegotiateEnd(n)
+		e.tl().NegotiateEnd(n)
 	}
 	switch r.Type {
 	case Error:
@@ -566,8 +576,8 @@ func (e *Engine) execute(r *Response) error {
 	if o == nil {
 		return fmt.Errorf("hvd: engine: set rank %d has no entry for %q", e.rank, r.Names[0])
 	}
-	e.cfg.Timeline.Start(o.Name, upper(r.Type.String()))
-	e.cfg.Timeline.ActivityStart(o.Name, e.cfg.Library+"_"+upper(r.Type.String()))
+	e.tl().Start(o.Name, upper(r.Type.String()))
+	e.tl().ActivityStart(o.Name, e.cfg.Library+"_"+upper(r.Type.String()))
 	var err error
 	switch r.Type {
 	case Allgather:
@@ -587,7 +597,7 @@ func (e *Engine) execute(r *Response) error {
 	default:
 		err = fmt.Errorf("hvd: engine: unknown response type %v", r.Type)
 	}
-	e.cfg.Timeline.ActivityEnd(o.Name)
+	e.tl().ActivityEnd(o.Name)
 	if err == errAlreadyCompleted {
 		return nil
 	}
@@ -627,7 +637,7 @@ func (e *Engine) allreduce(r *Response) error {
 	es := int64(r.DType.Size())
 	for _, o := range ops {
 		if o != nil {
-			e.cfg.Timeline.Start(o.Name, "ALLREDUCE")
+			e.tl().Start(o.Name, "ALLREDUCE")
 		}
 	}
 	if len(ops) == 1 && ops[0] != nil {
@@ -636,11 +646,11 @@ func (e *Engine) allreduce(r *Response) error {
 			copy(o.Out.Data, o.In.Data)
 		}
 		Scale(o.Out.Data, r.DType, pre)
-		e.cfg.Timeline.ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
+		e.tl().ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
 		if err := e.comm.Allreduce(o.Out.Data, r.DType, bop); err != nil {
 			return err
 		}
-		e.cfg.Timeline.ActivityEnd(o.Name)
+		e.tl().ActivityEnd(o.Name)
 		Scale(o.Out.Data, r.DType, post)
 		o.h.Out = o.Out
 		e.complete(o, nil)
@@ -660,9 +670,9 @@ func (e *Engine) allreduce(r *Response) error {
 		if o == nil {
 			clear(buf[off : off+size])
 		} else {
-			e.cfg.Timeline.ActivityStart(o.Name, "MEMCPY_IN_FUSION_BUFFER")
+			e.tl().ActivityStart(o.Name, "MEMCPY_IN_FUSION_BUFFER")
 			copy(buf[off:off+size], o.In.Data)
-			e.cfg.Timeline.ActivityEnd(o.Name)
+			e.tl().ActivityEnd(o.Name)
 		}
 		off += size
 	}
@@ -677,9 +687,9 @@ func (e *Engine) allreduce(r *Response) error {
 	for i, o := range ops {
 		size := r.Counts[i] * es
 		if o != nil {
-			e.cfg.Timeline.ActivityStart(o.Name, "MEMCPY_OUT_FUSION_BUFFER")
+			e.tl().ActivityStart(o.Name, "MEMCPY_OUT_FUSION_BUFFER")
 			copy(o.Out.Data, buf[off:off+size])
-			e.cfg.Timeline.ActivityEnd(o.Name)
+			e.tl().ActivityEnd(o.Name)
 			o.h.Out = o.Out
 			e.complete(o, nil)
 		}
@@ -690,7 +700,8 @@ func (e *Engine) allreduce(r *Response) error {
 
 // activity starts (name != "") or ends a timeline activity on every op.
 func (e *Engine) activity(ops []*Op, name string) {
-	if e.cfg.Timeline == nil {
+	tl := e.tl()
+	if tl == nil {
 		return
 	}
 	for _, o := range ops {
@@ -698,9 +709,9 @@ func (e *Engine) activity(ops []*Op, name string) {
 			continue
 		}
 		if name == "" {
-			e.cfg.Timeline.ActivityEnd(o.Name)
+			tl.ActivityEnd(o.Name)
 		} else {
-			e.cfg.Timeline.ActivityStart(o.Name, name)
+			tl.ActivityStart(o.Name, name)
 		}
 	}
 }
