@@ -8,7 +8,7 @@ import (
 // BenchmarkEngineAllreduce8B: a named 8-byte allreduce through the engine,
 // two ranks in this process.
 func BenchmarkEngineAllreduce8B(b *testing.B) {
-	ws, errs := startWorldsB(b, 2)
+	ws, errs := startWorlds(b, 2, worldOpts{})
 	for _, err := range errs {
 		if err != nil {
 			b.Fatal(err)

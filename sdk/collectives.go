@@ -121,7 +121,7 @@ func (o ReduceOptions) check(op string, t Tensor) error {
 	return nil
 }
 
-func (ps *ProcessSet) reduceOp(typ engine.OpType, op string, t, out Tensor, o ReduceOptions, name string) *engine.Op {
+func (ps *ProcessSet) reduceOp(typ engine.OpType, t, out Tensor, o ReduceOptions, name string) *engine.Op {
 	return &engine.Op{Type: typ, Name: name, In: toEngine(t), Out: toEngine(out), ReduceOp: uint8(o.Op),
 		Prescale: o.Prescale, Postscale: o.Postscale}
 }
@@ -130,32 +130,16 @@ func (ps *ProcessSet) reduceOp(typ engine.OpType, op string, t, out Tensor, o Re
 // not modified. Every member must enqueue the same name with the same shape,
 // dtype and options (checked by negotiation).
 func (ps *ProcessSet) AllreduceAsync(t Tensor, o ReduceOptions) (*Handle, error) {
-	const op = "allreduce"
-	if err := t.validate(op); err != nil {
-		return nil, err
-	}
-	if err := o.check(op, t); err != nil {
-		return nil, err
-	}
-	wire, back := o.Compression.compress(t)
-	if back != nil { // wire is a fresh buffer: reduce it in place, cast back after
-		h, err := ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, wire, wire, o, ps.fullName(op, o.Name)))
-		if h != nil {
-			h.finish = []func(engine.Tensor) Tensor{func(w engine.Tensor) Tensor {
-				out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
-				back(fromEngine(w), out)
-				return out
-			}}
-		}
-		return h, err
-	}
-	out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
-	return ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, t, out, o, ps.fullName(op, o.Name)))
+	return ps.allreduceAsync(t, o, false)
 }
 
 // AllreduceInPlaceAsync enqueues an allreduce that writes t's own memory
 // (Horovod's allreduce_async_). t must not be touched until Wait returns.
 func (ps *ProcessSet) AllreduceInPlaceAsync(t Tensor, o ReduceOptions) (*Handle, error) {
+	return ps.allreduceAsync(t, o, true)
+}
+
+func (ps *ProcessSet) allreduceAsync(t Tensor, o ReduceOptions, inPlace bool) (*Handle, error) {
 	const op = "allreduce"
 	if err := t.validate(op); err != nil {
 		return nil, err
@@ -163,15 +147,36 @@ func (ps *ProcessSet) AllreduceInPlaceAsync(t Tensor, o ReduceOptions) (*Handle,
 	if err := o.check(op, t); err != nil {
 		return nil, err
 	}
-	wire, back := o.Compression.compress(t)
-	if back != nil {
-		h, err := ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, wire, wire, o, ps.fullName(op, o.Name)))
-		if h != nil {
-			h.finish = []func(engine.Tensor) Tensor{func(w engine.Tensor) Tensor { back(fromEngine(w), t); return t }}
-		}
-		return h, err
+	eop, finish := ps.allreduceOp(t, o, ps.fullName(op, o.Name), inPlace)
+	h, err := ps.enqueue(op, eop)
+	if h != nil {
+		h.finish = []func(engine.Tensor) Tensor{finish}
 	}
-	return ps.enqueue(op, ps.reduceOp(engine.Allreduce, op, t, t, o, ps.fullName(op, o.Name)))
+	return h, err
+}
+
+// allreduceOp builds the engine op for one tensor, with the output in t
+// (inPlace) or in a new tensor. With compression the op reduces a 16-bit
+// copy in place and finish casts the result back (nil otherwise).
+func (ps *ProcessSet) allreduceOp(t Tensor, o ReduceOptions, name string, inPlace bool) (*engine.Op, func(engine.Tensor) Tensor) {
+	out := t
+	newOut := func() Tensor {
+		return Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
+	}
+	wire, back := o.Compression.compress(t)
+	if back == nil {
+		if !inPlace {
+			out = newOut()
+		}
+		return ps.reduceOp(engine.Allreduce, t, out, o, name), nil
+	}
+	return ps.reduceOp(engine.Allreduce, wire, wire, o, name), func(w engine.Tensor) Tensor {
+		if !inPlace {
+			out = newOut()
+		}
+		back(fromEngine(w), out)
+		return out
+	}
 }
 
 // Allreduce returns a new tensor holding the reduction of t over the set.
@@ -204,18 +209,7 @@ func (ps *ProcessSet) GroupedAllreduceAsync(ts []Tensor, o ReduceOptions) (*Hand
 		if err := o.check(op, t); err != nil {
 			return nil, err
 		}
-		name := fmt.Sprintf("%s_%dof%d", base, i+1, len(ts))
-		if wire, back := o.Compression.compress(t); back != nil {
-			ops[i] = ps.reduceOp(engine.Allreduce, op, wire, wire, o, name)
-			finish[i] = func(w engine.Tensor) Tensor {
-				out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
-				back(fromEngine(w), out)
-				return out
-			}
-		} else {
-			out := Tensor{Data: make([]byte, len(t.Data)), DType: t.DType, Shape: cloneShape(t.Shape)}
-			ops[i] = ps.reduceOp(engine.Allreduce, op, t, out, o, name)
-		}
+		ops[i], finish[i] = ps.allreduceOp(t, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)), false)
 		ops[i].Group, ops[i].GroupSize = base, len(ts)
 	}
 	h, err := ps.enqueue(op, ops...)
@@ -354,7 +348,7 @@ func (ps *ProcessSet) ReducescatterAsync(t Tensor, o ReduceOptions) (*Handle, er
 		return nil, err
 	}
 	wire, back := o.Compression.compress(t)
-	h, err := ps.enqueue(op, ps.reduceOp(engine.Reducescatter, op, wire, Tensor{}, o, ps.fullName(op, o.Name)))
+	h, err := ps.enqueue(op, ps.reduceOp(engine.Reducescatter, wire, Tensor{}, o, ps.fullName(op, o.Name)))
 	if h != nil {
 		h.finish = []func(engine.Tensor) Tensor{uncompressRows(t.DType, back)}
 	}
@@ -400,7 +394,7 @@ func (ps *ProcessSet) GroupedReducescatterAsync(ts []Tensor, o ReduceOptions) (*
 			return nil, err
 		}
 		wire, back := o.Compression.compress(t)
-		ops[i] = ps.reduceOp(engine.Reducescatter, op, wire, Tensor{}, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
+		ops[i] = ps.reduceOp(engine.Reducescatter, wire, Tensor{}, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
 		ops[i].Group, ops[i].GroupSize = base, len(ts)
 		finish[i] = uncompressRows(t.DType, back)
 	}

@@ -24,7 +24,7 @@ type worldOpts struct {
 
 // startWorlds starts n ranks as goroutines on a shared in-memory store and
 // returns their Worlds (nil where Start failed) and errors.
-func startWorlds(t *testing.T, n int, o worldOpts) ([]*World, []error) {
+func startWorlds(t testing.TB, n int, o worldOpts) ([]*World, []error) {
 	t.Helper()
 	st := backends.NewMemStore()
 	ws := make([]*World, n)
@@ -52,36 +52,6 @@ func startWorlds(t *testing.T, n int, o worldOpts) ([]*World, []error) {
 	}
 	wg.Wait()
 	t.Cleanup(func() {
-		for _, w := range ws {
-			if w != nil {
-				w.Close()
-			}
-		}
-	})
-	return ws, errs
-}
-
-// startWorldsB is startWorlds for benchmarks.
-func startWorldsB(b *testing.B, n int) ([]*World, []error) {
-	t := &testing.T{}
-	_ = t
-	st := backends.NewMemStore()
-	ws := make([]*World, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ws[r], errs[r] = Start(context.Background(), Config{
-				Identity: &rendezvous.Identity{Rank: r, Size: n, Hostname: "h", Timeout: 10 * time.Second},
-				Store:    st, HostKey: "host0",
-				Getenv: func(k string) (string, bool) { return "", false },
-			})
-		}()
-	}
-	wg.Wait()
-	b.Cleanup(func() {
 		for _, w := range ws {
 			if w != nil {
 				w.Close()
