@@ -78,7 +78,9 @@ type Comm struct {
 	opTimeout   time.Duration
 	small       int
 
-	mu     sync.Mutex // held for the duration of each operation
+	mu     sync.Mutex   // held for the duration of each operation
+	idleMu sync.RWMutex // held (shared) by Idle; Close takes it to wait for Idle to leave
+	brk    atomic.Bool  // broken != nil, readable without mu
 	seq    uint64     // collectives started
 	broken error
 	closed atomic.Bool
@@ -138,6 +140,8 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	return c, nil
 }
 
+func (c *Comm) isBroken() bool { return c.brk.Load() }
+
 func (c *Comm) Rank() int { return c.rank }
 func (c *Comm) Size() int { return c.size }
 
@@ -193,6 +197,7 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 		}
 	}
 	c.broken = pe
+	c.brk.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	c.store.Set(ctx, abortKey(c.prefix, c.rank), []byte(pe.Error()))
 	cancel()
@@ -215,6 +220,8 @@ func (c *Comm) Close() error {
 	unix.Write(c.wakeFd, one[:])
 	c.mu.Lock() // wait for a running operation to leave
 	defer c.mu.Unlock()
+	c.idleMu.Lock() // and for Idle (woken by wakeFd)
+	defer c.idleMu.Unlock()
 	if c.broken == nil && c.size > 1 {
 		// Peers that are still running will see the connections close; tell
 		// them it was on purpose, so they need not wait for a reason.

@@ -79,12 +79,14 @@ func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
 // limit), or the communicator is closed. It consumes nothing. It must be
 // called by the communicator's single user goroutine, between operations.
 func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
-	c.mu.Lock() // Close signals wakeFd, then waits for this to return
-	defer c.mu.Unlock()
+	// Not c.mu: an operation may run meanwhile (poll only observes). Close
+	// signals wakeFd, then waits on idleMu for this to return.
+	c.idleMu.RLock()
+	defer c.idleMu.RUnlock()
 	if c.closed.Load() {
 		return false, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
 	}
-	if c.broken != nil {
+	if c.isBroken() {
 		return true, nil // let the next operation report it
 	}
 	pfds := make([]unix.PollFd, 0, c.size+1)
