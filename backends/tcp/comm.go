@@ -81,7 +81,7 @@ type Comm struct {
 	mu     sync.Mutex   // held for the duration of each operation
 	idleMu sync.RWMutex // held (shared) by Idle; Close takes it to wait for Idle to leave
 	brk    atomic.Bool  // broken != nil, readable without mu
-	seq    uint64     // collectives started
+	seq    uint64       // collectives started
 	broken error
 	closed atomic.Bool
 	wakeFd int // signalled by Close
