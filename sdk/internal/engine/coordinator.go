@@ -231,6 +231,7 @@ func (c *Coordinator) construct(name string, p *pendingTensor) Response {
 		for r, q := range p.reqs {
 			resp.Counts[r] = q.Shape[0]
 		}
+		resp.RowElems = []int64{numElements(q0.Shape[1:])}
 	}
 	return resp
 }

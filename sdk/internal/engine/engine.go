@@ -504,8 +504,12 @@ func (e *Engine) remember(r Response) {
 		}
 		one := r
 		one.Names = []string{name}
-		if r.Type == Allreduce {
+		switch r.Type {
+		case Allreduce:
 			one.Counts = []int64{r.Counts[i]}
+		case Allgather:
+			one.Counts = r.Counts[i*e.n : (i+1)*e.n]
+			one.RowElems = r.RowElems[i : i+1]
 		}
 		e.cache.Put(o.req, one)
 	}
@@ -570,6 +574,10 @@ func (e *Engine) execute(r *Response) error {
 		return nil
 	case Allreduce:
 		return e.allreduce(r)
+	case Allgather:
+		if len(r.Names) > 1 {
+			return e.allgatherFused(r)
+		}
 	}
 	ops := e.entries(r)
 	o := ops[0]
@@ -714,6 +722,74 @@ func (e *Engine) activity(ops []*Op, name string) {
 			tl.ActivityStart(o.Name, name)
 		}
 	}
+}
+
+// allgatherFused gathers several tensors with one collective: each rank
+// packs its blocks of every tensor contiguously (tensor order), the
+// per-rank segments are allgathered into the fusion buffer, and every
+// output is assembled from its block in each rank's segment.
+func (e *Engine) allgatherFused(r *Response) error {
+	ops := e.entries(r)
+	for i, o := range ops {
+		if o == nil {
+			return fmt.Errorf("hvd: engine: set rank %d has no entry for %q", e.rank, r.Names[i])
+		}
+	}
+	n, es := e.n, int64(r.DType.Size())
+	k := len(ops)
+	block := func(i, rank int) int64 { return r.Counts[i*n+rank] * r.RowElems[i] * es }
+	counts := make([]int, n)
+	var total int64
+	for rank := 0; rank < n; rank++ {
+		for i := 0; i < k; i++ {
+			counts[rank] += int(block(i, rank))
+		}
+		total += int64(counts[rank])
+	}
+	if int64(cap(e.fusion)) < total+int64(counts[e.rank]) {
+		e.fusion = make([]byte, total+int64(counts[e.rank]))
+	}
+	recv := e.fusion[:total]
+	send := e.fusion[total : total+int64(counts[e.rank])]
+	off := int64(0)
+	for _, o := range ops {
+		e.tl().Start(o.Name, "ALLGATHER")
+		e.tl().ActivityStart(o.Name, "MEMCPY_IN_FUSION_BUFFER")
+		off += int64(copy(send[off:], o.In.Data))
+		e.tl().ActivityEnd(o.Name)
+	}
+	e.activity(ops, e.cfg.Library+"_ALLGATHER")
+	if err := e.comm.Allgatherv(send, recv, counts); err != nil {
+		return err
+	}
+	e.activity(ops, "")
+	outs := make([][]byte, k)
+	rows := make([]int64, k)
+	for i := range ops {
+		var b int64
+		for rank := 0; rank < n; rank++ {
+			b += block(i, rank)
+			rows[i] += r.Counts[i*n+rank]
+		}
+		outs[i] = make([]byte, b)
+	}
+	seg := int64(0)
+	written := make([]int64, k)
+	for rank := 0; rank < n; rank++ {
+		p := seg
+		for i := 0; i < k; i++ {
+			sz := block(i, rank)
+			copy(outs[i][written[i]:], recv[p:p+sz])
+			written[i] += sz
+			p += sz
+		}
+		seg += int64(counts[rank])
+	}
+	for i, o := range ops {
+		o.h.Out = Tensor{Data: outs[i], DType: o.In.DType, Shape: append([]int64{rows[i]}, o.In.Shape[1:]...)}
+		e.complete(o, nil)
+	}
+	return nil
 }
 
 func (e *Engine) allgather(o *Op, r *Response) error {

@@ -241,3 +241,19 @@ func TestCacheHitInvalidEvict(t *testing.T) {
 		t.Fatal("words")
 	}
 }
+
+func TestFuseAllgathers(t *testing.T) {
+	ag := func(name string, dt backends.DType, rows ...int64) Response {
+		return Response{Type: Allgather, Names: []string{name}, DType: dt, Counts: rows, RowElems: []int64{2}}
+	}
+	in := []Response{ag("a", backends.Float32, 1, 2), ag("b", backends.Int32, 1, 1), ag("c", backends.Float32, 3, 0)}
+	out := Fuse(in, 1<<20)
+	if len(out) != 2 || !reflect.DeepEqual(out[0].Names, []string{"a", "c"}) ||
+		!reflect.DeepEqual(out[0].Counts, []int64{1, 2, 3, 0}) || !reflect.DeepEqual(out[0].RowElems, []int64{2, 2}) {
+		t.Fatalf("fused %+v", out)
+	}
+	// a is (1+2)·2·4 = 24 bytes, c 24 bytes: a threshold of 40 keeps them apart.
+	if got := Fuse(in, 40); len(got) != 3 {
+		t.Fatalf("threshold: %+v", got)
+	}
+}

@@ -86,7 +86,9 @@ type Response struct {
 	// Counts: allreduce/reducescatter element counts per name (joined
 	// ranks need them to contribute zeros); allgather: dim 0 of every rank,
 	// len(Names)·size values, name-major.
-	Counts     []int64
+	Counts []int64
+	// RowElems: allgather, elements per dim-0 row of each name.
+	RowElems   []int64
 	LastJoined int32 // Join: set rank that joined last
 	Joined     []int32
 }
@@ -268,6 +270,7 @@ func (l *ResponseList) Encode() []byte {
 		w.f(p.Postscale)
 		w.i(int64(p.Root))
 		w.i64s(p.Counts)
+		w.i64s(p.RowElems)
 		w.i(int64(p.LastJoined))
 		w.u(uint64(len(p.Joined)))
 		for _, j := range p.Joined {
@@ -280,7 +283,7 @@ func (l *ResponseList) Encode() []byte {
 // DecodeResponseList parses a response list.
 func DecodeResponseList(b []byte) (*ResponseList, error) {
 	r := &reader{b: b}
-	n := r.count(24)
+	n := r.count(25)
 	l := &ResponseList{}
 	for k := 0; k < n && r.err == nil; k++ {
 		p := Response{Type: OpType(r.byte1())}
@@ -294,6 +297,7 @@ func DecodeResponseList(b []byte) (*ResponseList, error) {
 		p.Prescale, p.Postscale = r.f(), r.f()
 		p.Root = int32(r.i())
 		p.Counts = r.i64s()
+		p.RowElems = r.i64s()
 		p.LastJoined = int32(r.i())
 		nj := r.count(1)
 		for j := 0; j < nj && r.err == nil; j++ {
