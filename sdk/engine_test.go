@@ -507,3 +507,27 @@ func TestAllgatherFusionBitIdentical(t *testing.T) {
 		}
 	}
 }
+
+// HOROVOD_CACHE_CAPACITY=0: every op goes through the coordinator and
+// results are unchanged.
+func TestResponseCacheDisabled(t *testing.T) {
+	ws := mustWorlds(t, 2, worldOpts{env: map[string]string{"HOROVOD_CACHE_CAPACITY": "0"}})
+	each(t, ws, func(w *World) error {
+		g := w.GlobalProcessSet()
+		before := g.Stats()
+		for it := 1; it <= 5; it++ {
+			v := []float32{float32(it)}
+			if err := g.AllreduceInPlace(TensorOf(v), ReduceOptions{Op: Sum, Name: "w"}); err != nil {
+				return err
+			}
+			if v[0] != float32(2*it) {
+				return fmt.Errorf("iteration %d: %v", it, v[0])
+			}
+		}
+		after := g.Stats()
+		if after.CachedOps != before.CachedOps || after.SentRequests-before.SentRequests != 5 {
+			return fmt.Errorf("cache disabled but stats %+v -> %+v", before, after)
+		}
+		return nil
+	})
+}
