@@ -92,7 +92,7 @@ func toEngine(t Tensor) engine.Tensor {
 
 // fullName is Horovod's naming: "<op>.<name>", or "<op>.noname.<n>".
 func (ps *ProcessSet) fullName(op, name string) string {
-	if name != "" {
+	if name != "" || ps == nil { // nil: enqueue reports the error
 		return op + "." + name
 	}
 	return op + ".noname." + strconv.FormatInt(ps.counter.Add(1), 10)
@@ -297,6 +297,9 @@ func (ps *ProcessSet) AlltoallAsync(t Tensor, splits []int32, name string) (*Han
 	}
 	if len(t.Shape) == 0 {
 		return nil, fmt.Errorf("%w: %s: a 0-dimensional tensor has no rows to split", ErrInvalidArgument, op)
+	}
+	if err := ps.usable(op); err != nil {
+		return nil, err
 	}
 	n := ps.Size()
 	d0 := t.Shape[0]

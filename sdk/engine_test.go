@@ -531,3 +531,56 @@ func TestResponseCacheDisabled(t *testing.T) {
 		return nil
 	})
 }
+
+// Shutting down with an op in flight fails it with ErrShutdown; nothing hangs.
+func TestCloseWithPendingOp(t *testing.T) {
+	ws := mustWorlds(t, 2, worldOpts{})
+	h, err := ws[0].GlobalProcessSet().AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{Name: "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := h.Wait(); done <- err }()
+	time.Sleep(20 * time.Millisecond)
+	for _, w := range ws {
+		w.Close()
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrShutdown) {
+			t.Fatalf("got %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pending op not failed by Close")
+	}
+	if _, err := ws[0].GlobalProcessSet().AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{}); !errors.Is(err, ErrNotInitialized) {
+		t.Fatalf("enqueue after close: %v", err)
+	}
+}
+
+// Every method of a nil *ProcessSet (what a closed World hands out) returns
+// an error or a zero answer; none panics.
+func TestNilProcessSetNeverPanics(t *testing.T) {
+	var ps *ProcessSet
+	t1 := TensorOf([]float32{1, 2})
+	_, e1 := ps.Allreduce(t1, ReduceOptions{})
+	e2 := ps.AllreduceInPlace(t1, ReduceOptions{})
+	_, e3 := ps.GroupedAllreduce([]Tensor{t1}, ReduceOptions{})
+	_, e4 := ps.Allgather(t1)
+	e5 := ps.Broadcast(t1, 0)
+	_, _, e6 := ps.Alltoall(t1, nil)
+	_, e7 := ps.Reducescatter(t1, ReduceOptions{})
+	e8 := ps.Barrier()
+	e9 := ps.Send(t1, 0, 0)
+	e10 := ps.Recv(t1, 0, 0)
+	_, e11 := ps.Rank()
+	for i, err := range []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11} {
+		if !errors.Is(err, ErrNotInitialized) {
+			t.Errorf("call %d: %v", i+1, err)
+		}
+	}
+	if ps.Size() != 0 || ps.Included() || ps.ID() != -1 || ps.Ranks() != nil || ps.Communicator() != nil || ps.String() == "" {
+		t.Error("queries on nil")
+	}
+	_ = ps.Stats()
+}

@@ -25,20 +25,41 @@ type ProcessSet struct {
 	counter atomic.Int64          // automatic names
 }
 
-// ID is the set's id (0 is the global set).
-func (ps *ProcessSet) ID() int { return ps.id }
+// A nil *ProcessSet (what World methods return after Close) is safe to
+// use: queries answer "nothing" and operations return an error.
+
+// ID is the set's id (0 is the global set; -1 for nil).
+func (ps *ProcessSet) ID() int {
+	if ps == nil {
+		return -1
+	}
+	return ps.id
+}
 
 // Ranks returns the sorted global ranks of the set.
-func (ps *ProcessSet) Ranks() []int { return slices.Clone(ps.ranks) }
+func (ps *ProcessSet) Ranks() []int {
+	if ps == nil {
+		return nil
+	}
+	return slices.Clone(ps.ranks)
+}
 
 // Size is the number of ranks in the set (answered on non-members too).
-func (ps *ProcessSet) Size() int { return len(ps.ranks) }
+func (ps *ProcessSet) Size() int {
+	if ps == nil {
+		return 0
+	}
+	return len(ps.ranks)
+}
 
 // Included reports whether this rank is a member.
-func (ps *ProcessSet) Included() bool { return ps.setRank >= 0 }
+func (ps *ProcessSet) Included() bool { return ps != nil && ps.setRank >= 0 }
 
 // Rank is this rank's index inside the set; ErrNotMember for non-members.
 func (ps *ProcessSet) Rank() (int, error) {
+	if ps == nil {
+		return -1, fmt.Errorf("%w (rank of a nil process set)", ErrNotInitialized)
+	}
 	if ps.setRank < 0 {
 		return -1, ps.notMember("rank")
 	}
@@ -49,9 +70,17 @@ func (ps *ProcessSet) Rank() (int, error) {
 // (benchmarks, advanced use): the mesh that carries Send/Recv, separate from
 // the one the engine negotiates on, so it must not be used concurrently
 // with Send/Recv on this set. nil on non-members.
-func (ps *ProcessSet) Communicator() backends.Communicator { return ps.p2p }
+func (ps *ProcessSet) Communicator() backends.Communicator {
+	if ps == nil {
+		return nil
+	}
+	return ps.p2p
+}
 
 func (ps *ProcessSet) String() string {
+	if ps == nil {
+		return "ProcessSet(nil)"
+	}
 	return fmt.Sprintf("ProcessSet(process_set_id=%d, ranks=%v)", ps.id, ps.ranks)
 }
 
@@ -62,7 +91,8 @@ func (ps *ProcessSet) notMember(op string) error {
 // usable checks, at call time, that this rank may run op on the set.
 func (ps *ProcessSet) usable(op string) error {
 	if ps == nil {
-		return fmt.Errorf("%w: %s: nil process set", ErrUnknownSet, op)
+		// World methods return nil sets once the World is closed.
+		return fmt.Errorf("%w (%s on a nil process set)", ErrNotInitialized, op)
 	}
 	if err := ps.w.alive(); err != nil {
 		return err
@@ -81,6 +111,9 @@ func (ps *ProcessSet) usable(op string) error {
 
 // setRankOf translates a global rank to its index in the set.
 func (ps *ProcessSet) setRankOf(op, what string, global int) (int, error) {
+	if err := ps.usable(op); err != nil {
+		return -1, err
+	}
 	i := slices.Index(ps.ranks, global)
 	if i < 0 {
 		return -1, fmt.Errorf("%w: %s: invalid %s %d for process set %d %v: it is not a member", ErrInvalidArgument, op, what, global, ps.id, ps.ranks)
@@ -197,7 +230,7 @@ type EngineStats = engine.Stats
 
 // Stats returns the set's engine counters.
 func (ps *ProcessSet) Stats() EngineStats {
-	if ps.eng == nil {
+	if ps == nil || ps.eng == nil {
 		return EngineStats{}
 	}
 	return ps.eng.Stats()
