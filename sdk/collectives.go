@@ -195,28 +195,14 @@ func (ps *ProcessSet) AllreduceInPlace(t Tensor, o ReduceOptions) error {
 // handle completes when all of them have. Outputs are new tensors; names
 // are "<name>_<i>of<N>" as in Horovod.
 func (ps *ProcessSet) GroupedAllreduceAsync(ts []Tensor, o ReduceOptions) (*Handle, error) {
-	const op = "grouped_allreduce"
-	if len(ts) == 0 {
-		return nil, fmt.Errorf("%w: %s of no tensors", ErrInvalidArgument, op)
-	}
-	base := ps.fullName(op, o.Name)
-	ops := make([]*engine.Op, len(ts))
-	finish := make([]func(engine.Tensor) Tensor, len(ts))
-	for i, t := range ts {
+	return ps.grouped("grouped_allreduce", o.Name, ts, func(op string, t Tensor) error {
 		if err := t.validate(op); err != nil {
-			return nil, err
+			return err
 		}
-		if err := o.check(op, t); err != nil {
-			return nil, err
-		}
-		ops[i], finish[i] = ps.allreduceOp(t, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)), false)
-		ops[i].Group, ops[i].GroupSize = base, len(ts)
-	}
-	h, err := ps.enqueue(op, ops...)
-	if h != nil {
-		h.finish = finish
-	}
-	return h, err
+		return o.check(op, t)
+	}, func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor) {
+		return ps.allreduceOp(t, o, name, false)
+	})
 }
 
 // GroupedAllreduce is GroupedAllreduceAsync then Wait; it returns the outputs.
@@ -250,19 +236,9 @@ func (ps *ProcessSet) Allgather(t Tensor) (Tensor, error) { return wait(ps.Allga
 
 // GroupedAllgatherAsync enqueues allgathers of several tensors atomically.
 func (ps *ProcessSet) GroupedAllgatherAsync(ts []Tensor, name string) (*Handle, error) {
-	const op = "grouped_allgather"
-	if len(ts) == 0 {
-		return nil, fmt.Errorf("%w: %s of no tensors", ErrInvalidArgument, op)
-	}
-	base := ps.fullName(op, name)
-	ops := make([]*engine.Op, len(ts))
-	for i, t := range ts {
-		if err := ps.gatherable(op, t); err != nil {
-			return nil, err
-		}
-		ops[i] = &engine.Op{Type: engine.Allgather, Name: fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)), In: toEngine(t), Group: base, GroupSize: len(ts)}
-	}
-	return ps.enqueue(op, ops...)
+	return ps.grouped("grouped_allgather", name, ts, ps.gatherable, func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor) {
+		return &engine.Op{Type: engine.Allgather, Name: name, In: toEngine(t)}, nil
+	})
 }
 
 // BroadcastAsync enqueues an in-place broadcast of root's t (root is a
@@ -385,21 +361,33 @@ func (ps *ProcessSet) Reducescatter(t Tensor, o ReduceOptions) (Tensor, error) {
 // GroupedReducescatterAsync enqueues reducescatters of several tensors
 // atomically.
 func (ps *ProcessSet) GroupedReducescatterAsync(ts []Tensor, o ReduceOptions) (*Handle, error) {
-	const op = "grouped_reducescatter"
+	return ps.grouped("grouped_reducescatter", o.Name, ts, func(op string, t Tensor) error {
+		return ps.scatterable(op, t, o)
+	}, func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor) {
+		wire, back := o.Compression.compress(t)
+		return ps.reduceOp(engine.Reducescatter, wire, Tensor{}, o, name), uncompressRows(t.DType, back)
+	})
+}
+
+// grouped enqueues one op per tensor atomically as a Horovod group: every
+// tensor is checked first (so a bad one consumes no automatic name), names
+// are "<base>_<i>of<N>", and the handle completes when all have.
+func (ps *ProcessSet) grouped(op, name string, ts []Tensor, check func(op string, t Tensor) error,
+	build func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor)) (*Handle, error) {
 	if len(ts) == 0 {
 		return nil, fmt.Errorf("%w: %s of no tensors", ErrInvalidArgument, op)
 	}
-	base := ps.fullName(op, o.Name)
+	for _, t := range ts {
+		if err := check(op, t); err != nil {
+			return nil, err
+		}
+	}
+	base := ps.fullName(op, name)
 	ops := make([]*engine.Op, len(ts))
 	finish := make([]func(engine.Tensor) Tensor, len(ts))
 	for i, t := range ts {
-		if err := ps.scatterable(op, t, o); err != nil {
-			return nil, err
-		}
-		wire, back := o.Compression.compress(t)
-		ops[i] = ps.reduceOp(engine.Reducescatter, wire, Tensor{}, o, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
+		ops[i], finish[i] = build(t, fmt.Sprintf("%s_%dof%d", base, i+1, len(ts)))
 		ops[i].Group, ops[i].GroupSize = base, len(ts)
-		finish[i] = uncompressRows(t.DType, back)
 	}
 	h, err := ps.enqueue(op, ops...)
 	if h != nil {

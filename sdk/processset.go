@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -167,13 +168,13 @@ func verifySets(global backends.Communicator, rank int, sets [][]int) error {
 	mine := []byte(fmt.Sprint(sets))
 	n := global.Size()
 	lens := make([]byte, 8*n)
-	if err := global.Allgatherv(le64(uint64(len(mine))), lens, eights(n)); err != nil {
+	if err := global.Allgatherv(binary.LittleEndian.AppendUint64(nil, uint64(len(mine))), lens, eights(n)); err != nil {
 		return fmt.Errorf("hvd: verifying process sets: %w", err)
 	}
 	counts := make([]int, n)
 	total := 0
 	for r := range counts {
-		counts[r] = int(getLE64(lens[8*r:]))
+		counts[r] = int(binary.LittleEndian.Uint64(lens[8*r:]))
 		total += counts[r]
 	}
 	all := make([]byte, total)
@@ -197,22 +198,6 @@ func verifySets(global backends.Communicator, rank int, sets [][]int) error {
 			ErrProcessSetMismatch, lists[0], strings.Join(bad, "; "))
 	}
 	return nil
-}
-
-func le64(v uint64) []byte {
-	b := make([]byte, 8)
-	for i := range b {
-		b[i] = byte(v >> (8 * i))
-	}
-	return b
-}
-
-func getLE64(b []byte) uint64 {
-	var v uint64
-	for i := 0; i < 8; i++ {
-		v |= uint64(b[i]) << (8 * i)
-	}
-	return v
 }
 
 func eights(n int) []int {
