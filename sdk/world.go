@@ -48,7 +48,8 @@ type Config struct {
 	// HostKey, when set, replaces the host identity used to compute local
 	// and cross ranks (tests fake several hosts in one machine).
 	HostKey string
-	// Backend names the data plane: "tcp" (default; also HVD_BACKEND).
+	// Backend names the data plane: "auto" (default: shared memory inside
+	// a host, TCP across), "shm" or "tcp"; also HVD_BACKEND. See backend.go.
 	Backend string
 	// Dynamic allows AddProcessSet/RemoveProcessSet after Start (also
 	// HOROVOD_DYNAMIC_PROCESS_SETS set to a non-zero integer).
@@ -69,6 +70,9 @@ type World struct {
 	listen string
 	spin   time.Duration
 	opTO   time.Duration
+
+	backend           string // auto, shm or tcp (backend.go)
+	shmFallbackLogged atomic.Bool
 
 	knobs    knobs
 	timeline atomic.Pointer[timeline.Timeline] // global rank 0 only
@@ -113,15 +117,16 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if backend == "" {
 		backend, _ = getenv("HVD_BACKEND")
 	}
-	if backend != "" && backend != "tcp" {
-		return nil, fmt.Errorf("%w: backend %q is not available (this build has: tcp)", ErrInvalidArgument, backend)
+	backend, err := parseBackend(backend)
+	if err != nil {
+		return nil, err
 	}
 	// Validate the process sets before anything is registered or connected.
 	sets, err := normaliseSets(cfg.ProcessSets, id.Size)
 	if err != nil {
 		return nil, err
 	}
-	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}}
+	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: backend}
 	if v, ok := getenv("HVD_COLLECTIVE_TIMEOUT_SECONDS"); ok && v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0 {
@@ -282,16 +287,6 @@ func (w *World) listenHost() (string, error) {
 	}
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
-}
-
-func (w *World) newComm(ctx context.Context, prefix string, setID int, ranks []int) (backends.Communicator, error) {
-	me := slices.Index(ranks, w.id.Rank)
-	return tcp.New(ctx, tcp.Config{
-		Store: w.store, Prefix: prefix + strconv.Itoa(setID) + "-" + setHash(ranks),
-		Rank: me, Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
-		ListenHost: w.listen, ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
-		Spin: w.spin, LocalSize: w.topo.LocalSize,
-	})
 }
 
 // setComms are a member's two meshes for one set: one the engine owns

@@ -89,7 +89,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&sizes, "sizes", "", "explicit comma-separated sizes (overrides -b/-e/-f)")
 	fs.StringVar(&dt, "d", "float32", "dtype")
 	fs.StringVar(&o.jsonPath, "json", "", "write the rows as a JSON list to this file (rank 0)")
-	fs.StringVar(&o.backend, "backend", "tcp", "data plane to use (this build: tcp)")
+	fs.StringVar(&o.backend, "backend", "auto", "data plane: auto (shm inside a host, tcp across), shm or tcp")
 	fs.IntVar(&o.iters, "n", 0, "ops per sample (0 = by size, as the anchors)")
 	fs.IntVar(&o.samples, "samples", 0, "samples per size (0 = by size)")
 	fs.IntVar(&o.warmup, "w", -1, "warm-up calls (-1 = by size)")
@@ -113,8 +113,10 @@ func parse(args []string) (*options, error) {
 	if o.dtype, err = backends.ParseDType(dt); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if o.backend != "tcp" {
-		return nil, fmt.Errorf("%w: backend %q is not available in this build (have: tcp)", errUsage, o.backend)
+	switch o.backend {
+	case "auto", "shm", "tcp":
+	default:
+		return nil, fmt.Errorf("%w: backend %q: want auto, shm or tcp", errUsage, o.backend)
 	}
 	if o.system == "" {
 		o.system = "hvd-" + o.backend

@@ -1,0 +1,193 @@
+package shm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+)
+
+// GatherMsgs implements backends.Messenger: root returns every member's
+// msg indexed by rank (copies; its own included), the others nil. Messages
+// that fit a slot are copied in; longer ones are read from the sender's
+// memory, and the sender waits until root has.
+func (c *Comm) GatherMsgs(msg []byte, root int) ([][]byte, error) {
+	if root < 0 || root >= c.size {
+		return nil, fmt.Errorf("%w: gather root %d outside communicator of size %d", backends.ErrInvalidArgument, root, c.size)
+	}
+	const name = "gather"
+	if err := c.begin(name); err != nil {
+		return nil, err
+	}
+	defer c.end()
+	t := tag(kindGather, 0, 0, root, 0)
+	viaSlot := len(msg) <= c.slotBytes
+	c.expose(t, msg, viaSlot)
+	if c.rank != root {
+		c.finish()
+		if viaSlot {
+			return nil, nil
+		}
+		return nil, c.waitReaders(name, func(r int) bool { return r == root })
+	}
+	if err := c.await(name, c.allSeq(c.k)); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, c.size)
+	for r := 0; r < c.size; r++ {
+		if r == c.rank {
+			out[r] = append([]byte(nil), msg...)
+			continue
+		}
+		n, mode, addr, err := c.peerSlot(name, r, t)
+		if err != nil {
+			return nil, err
+		}
+		out[r] = make([]byte, n)
+		if err := c.fetch(name, r, mode, addr, 0, out[r]); err != nil {
+			return nil, err
+		}
+	}
+	c.finish()
+	return out, nil
+}
+
+// BcastMsg implements backends.Messenger: root's msg, of any length, is
+// returned on every member (a copy on the others, msg itself on root).
+func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
+	if root < 0 || root >= c.size {
+		return nil, fmt.Errorf("%w: broadcast root %d outside communicator of size %d", backends.ErrInvalidArgument, root, c.size)
+	}
+	const name = "broadcast message"
+	if err := c.begin(name); err != nil {
+		return nil, err
+	}
+	defer c.end()
+	t := tag(kindBcastMsg, 0, 0, root, 0)
+	if c.rank == root {
+		viaSlot := len(msg) <= c.slotBytes
+		c.expose(t, msg, viaSlot)
+		c.finish()
+		if viaSlot {
+			return msg, nil
+		}
+		return msg, c.waitReaders(name, everyone)
+	}
+	c.writeSlot(t, 0, 0, 0)
+	c.enter()
+	if err := c.await(name, c.oneWord(root, ctlSeq, c.k)); err != nil {
+		return nil, err
+	}
+	n, mode, addr, err := c.peerSlot(name, root, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, n)
+	if err := c.fetch(name, root, mode, addr, 0, out); err != nil {
+		return nil, err
+	}
+	c.finish()
+	return out, nil
+}
+
+// Idle implements backends.Idler: it blocks until a peer entered an op this
+// rank has not (incoming = true), Kick was called, timeout passed (< 0: no
+// limit), or the communicator failed or was closed (error). It must be
+// called by the communicator's user goroutine, between operations.
+func (c *Comm) Idle(timeout time.Duration) (bool, error) {
+	if err := c.lock("idle"); err != nil {
+		return false, err
+	}
+	defer c.end()
+	incoming := func() bool {
+		for r := 0; r < c.size; r++ {
+			if r != c.rank && c.word(r, ctlSeq).Load() > c.k {
+				return true
+			}
+		}
+		for r := 0; r < c.size; r++ {
+			if r != c.rank && c.seg.u64(c.mailbox(r, c.rank)).Load() > c.recvSeq[r] {
+				return true
+			}
+		}
+		return false
+	}
+	abort := c.seg.u64(hdrAbort)
+	start := time.Now()
+	var deadline time.Time
+	if timeout >= 0 {
+		deadline = start.Add(timeout)
+	}
+	spin := min(c.spin, max(timeout, 0))
+	if timeout < 0 {
+		spin = c.spin
+	}
+	for i := 1; ; i++ {
+		if c.kicked.Swap(false) {
+			return false, nil
+		}
+		if incoming() {
+			return true, nil
+		}
+		if abort.Load() != 0 {
+			return false, c.aborted("idle")
+		}
+		if c.closing.Load() {
+			return false, fmt.Errorf("%w: idle interrupted by Close", backends.ErrClosed)
+		}
+		if i&63 == 0 && time.Since(start) >= spin {
+			break
+		}
+	}
+	ctl := c.ctl(c.rank)
+	bell, sleeping := c.seg.u32(ctl+ctlBell), c.seg.u32(ctl+ctlSleeping)
+	sleeping.Store(1)
+	defer sleeping.Store(0)
+	for {
+		v := bell.Load()
+		if c.kicked.Swap(false) {
+			return false, nil
+		}
+		if incoming() {
+			return true, nil
+		}
+		if abort.Load() != 0 {
+			return false, c.aborted("idle")
+		}
+		if c.closing.Load() {
+			return false, fmt.Errorf("%w: idle interrupted by Close", backends.ErrClosed)
+		}
+		// A peer that closed or died cannot start an op any more: report
+		// it, as a TCP peer's EOF would be.
+		for r := 0; r < c.size; r++ {
+			if r != c.rank {
+				if err := c.checkPeer("idle", r); err != nil {
+					return false, err
+				}
+			}
+		}
+		d := sleepSlice * 20
+		if timeout >= 0 {
+			d = min(d, time.Until(deadline))
+			if d <= 0 {
+				return false, nil
+			}
+		}
+		futexWait(bell, v, d)
+	}
+}
+
+// Kick implements backends.Idler: it wakes Idle. Safe from any goroutine.
+func (c *Comm) Kick() {
+	c.kicked.Store(true)
+	// Idle holds c.mu while it sleeps, so Kick cannot take it; bellMu
+	// keeps Close from unmapping the bell under us.
+	c.bellMu.RLock()
+	defer c.bellMu.RUnlock()
+	if c.seg == nil || c.seg.mem == nil {
+		return
+	}
+	bell := c.seg.u32(c.ctl(c.rank) + ctlBell)
+	bell.Add(1)
+	futexWake(bell)
+}

@@ -1,0 +1,228 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/backends/conformance"
+)
+
+var prefixSeq atomic.Int64
+
+// newComms builds n communicators in this process (cross-memory attach on
+// one's own pid works, so the whole protocol runs).
+func newComms(t testing.TB, n int, tweak func(*Config)) []*Comm {
+	t.Helper()
+	st := backends.NewMemStore()
+	prefix := fmt.Sprintf("shmtest%d", prefixSeq.Add(1))
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := Config{Store: st, Prefix: prefix, Rank: r, Size: n, ConnectTimeout: 10 * time.Second, Spin: -1, LocalSize: n, OpTimeout: time.Minute}
+			if tweak != nil {
+				tweak(&cfg)
+			}
+			comms[r], errs[r] = New(context.Background(), cfg)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
+}
+
+func asComms(cs []*Comm) []backends.Communicator {
+	out := make([]backends.Communicator, len(cs))
+	for i, c := range cs {
+		out[i] = c
+	}
+	return out
+}
+
+func shmFiles(t testing.TB) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir(shmDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), segPrefix) {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	before := shmFiles(t)
+	for _, n := range []int{1, 2, 3, 4} {
+		t.Run(fmt.Sprint("np", n), func(t *testing.T) {
+			o := conformance.Options{}
+			if testing.Short() {
+				o.Counts = []int{0, 1, 7, 1001, 70000}
+			}
+			conformance.RunAll(t, asComms(newComms(t, n, nil)), o)
+		})
+	}
+	if after := shmFiles(t); len(after) > len(before) {
+		t.Errorf("segments left in %s: before %v, after %v", shmDir, before, after)
+	}
+}
+
+// TestConformancePaths forces every message through the slots or through
+// cross-memory attach, and a tiny chunk so pipelining crosses many chunks.
+func TestConformancePaths(t *testing.T) {
+	o := conformance.Options{Counts: []int{0, 1, 7, 1001, 70000}}
+	for _, tc := range []struct {
+		name         string
+		small, chunk int
+	}{{"all-cma", 1, 0}, {"all-slots", 1 << 20, 0}, {"tiny-chunks", 1, 64}} {
+		for _, n := range []int{2, 3, 5} {
+			t.Run(fmt.Sprintf("%s/np%d", tc.name, n), func(t *testing.T) {
+				conformance.RunAll(t, asComms(newComms(t, n, func(c *Config) { c.SmallBytes, c.ChunkBytes = tc.small, tc.chunk })), o)
+			})
+		}
+	}
+}
+
+func TestMismatchIsAnErrorOnEveryRank(t *testing.T) {
+	cs := newComms(t, 3, nil)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 64)
+			if r == 1 {
+				buf = make([]byte, 128)
+			}
+			errs[r] = c.Allreduce(buf, backends.Float32, backends.Sum)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, backends.ErrPeerFailure) || !strings.Contains(err.Error(), "mismatched call") {
+			t.Errorf("rank %d: %v, want a mismatch error", r, err)
+		}
+	}
+	// The communicator is broken afterwards.
+	if err := cs[0].Barrier(); !errors.Is(err, backends.ErrPeerFailure) {
+		t.Errorf("after failure: %v", err)
+	}
+}
+
+func TestClosedPeerIsAnError(t *testing.T) {
+	cs := newComms(t, 3, nil)
+	cs[2].Close()
+	done := make(chan error, 2)
+	for _, c := range cs[:2] {
+		go func() { done <- c.Allreduce(make([]byte, 1<<20), backends.Float32, backends.Sum) }()
+	}
+	for range 2 {
+		select {
+		case err := <-done:
+			var pe *backends.PeerError
+			if !errors.As(err, &pe) || pe.Peer != 2 {
+				t.Errorf("got %v, want a PeerError naming rank 2", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("hang: a closed peer did not fail the allreduce")
+		}
+	}
+}
+
+func TestOpTimeoutNamesTheMissingRank(t *testing.T) {
+	cs := newComms(t, 2, func(c *Config) { c.OpTimeout = 100 * time.Millisecond })
+	err := cs[0].Barrier()
+	var pe *backends.PeerError
+	if !errors.As(err, &pe) || pe.Peer != 1 || !strings.Contains(err.Error(), "no progress") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestIdleAndKick(t *testing.T) {
+	cs := newComms(t, 2, nil)
+	if in, err := cs[0].Idle(10 * time.Millisecond); in || err != nil {
+		t.Fatalf("idle with nothing to do: %v %v", in, err)
+	}
+	go func() { time.Sleep(20 * time.Millisecond); cs[0].Kick() }()
+	if in, err := cs[0].Idle(5 * time.Second); in || err != nil {
+		t.Fatalf("kicked idle: %v %v", in, err)
+	}
+	done := make(chan error)
+	go func() { done <- cs[1].Barrier() }()
+	in, err := cs[0].Idle(5 * time.Second)
+	if !in || err != nil {
+		t.Fatalf("idle with a peer in a barrier: %v %v", in, err)
+	}
+	if err := cs[0].Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMessages(t *testing.T) {
+	cs := newComms(t, 3, func(c *Config) { c.SmallBytes = 64 })
+	big := make([]byte, defaultSlotBytes+5)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for it := 0; it < 20; it++ {
+				msg := []byte(strings.Repeat(fmt.Sprint(r), r*it+1))
+				if r == 1 && it%5 == 0 {
+					msg = big
+				}
+				out, err := c.GatherMsgs(msg, it%3)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r == it%3 {
+					for p, m := range out {
+						want := strings.Repeat(fmt.Sprint(p), p*it+1)
+						if p == 1 && it%5 == 0 {
+							want = string(big)
+						}
+						if string(m) != want {
+							t.Errorf("it %d: gathered from %d: %d bytes, want %d", it, p, len(m), len(want))
+						}
+					}
+				}
+				b, err := c.BcastMsg([]byte(fmt.Sprint("it", it)), (it+1)%3)
+				if err != nil || string(b) != fmt.Sprint("it", it) {
+					t.Errorf("bcast: %q %v", b, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
