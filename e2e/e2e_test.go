@@ -64,14 +64,22 @@ func hvdrun(t *testing.T, timeout time.Duration, env []string, args ...string) (
 	return out.String(), code
 }
 
+// Conformance with ranks as processes: on shared memory (the default on one
+// host) for np 1-4, and on TCP for np 2 and 3. No segment may be left in
+// /dev/shm afterwards.
 func TestConformanceAsProcesses(t *testing.T) {
-	for _, np := range []int{1, 2, 3, 4} {
-		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+	before := shmSegments(t)
+	for _, tc := range []struct {
+		backend string
+		np      int
+	}{{"auto", 1}, {"auto", 2}, {"auto", 3}, {"auto", 4}, {"tcp", 2}, {"tcp", 3}} {
+		np := tc.np
+		t.Run(fmt.Sprintf("%s/np%d", tc.backend, np), func(t *testing.T) {
 			args := []string{"-np", strconv.Itoa(np), bin("hvdconform")}
-			if np == 4 && testing.Short() {
+			if (np == 4 || tc.backend == "tcp") && testing.Short() {
 				args = append(args, "-quick")
 			}
-			out, code := hvdrun(t, 5*time.Minute, nil, args...)
+			out, code := hvdrun(t, 5*time.Minute, []string{"HVD_BACKEND=" + tc.backend}, args...)
 			if code != 0 || strings.Contains(out, "FAIL") {
 				t.Fatalf("exit %d:\n%s", code, tail(out, 60))
 			}
@@ -84,6 +92,9 @@ func TestConformanceAsProcesses(t *testing.T) {
 				t.Fatalf("the set excluding rank 0 did not run:\n%s", tail(out, 40))
 			}
 		})
+	}
+	if after := shmSegments(t); len(after) > len(before) {
+		t.Errorf("/dev/shm segments left behind: before %v, after %v", before, after)
 	}
 }
 
@@ -169,17 +180,37 @@ func TestHvdbenchJSON(t *testing.T) {
 // kill -9 one rank in the middle of a large allreduce: every survivor
 // reports an error naming it within seconds, hvdrun exits non-zero, and no
 // process is left.
+// With shared memory (the default on one host) no segment may be left in
+// /dev/shm.
 func TestKillRankDuringAllreduce(t *testing.T) {
-	for _, np := range []int{2, 3} {
-		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) { killTest(t, np) })
+	for _, backend := range []string{"shm", "tcp"} {
+		for _, np := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/np%d", backend, np), func(t *testing.T) {
+				before := shmSegments(t)
+				killTest(t, np, backend)
+				if after := shmSegments(t); len(after) > len(before) {
+					t.Errorf("/dev/shm segments left behind: before %v, after %v", before, after)
+				}
+			})
+		}
 	}
 }
 
-func killTest(t *testing.T, np int) {
+// shmSegments lists hvd's segments in /dev/shm.
+func shmSegments(t *testing.T) []string {
+	t.Helper()
+	m, err := filepath.Glob("/dev/shm/hvd-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func killTest(t *testing.T, np int, backend string) {
 	pidDir := t.TempDir()
 	victim := np - 1
 	cmd := exec.Command(bin("hvdrun"), "-np", strconv.Itoa(np), bin("hvdconform"), "fault")
-	cmd.Env = append(os.Environ(), "HVD_TEST_PIDDIR="+pidDir, "HVD_KILL_GRACE_SECONDS=20")
+	cmd.Env = append(os.Environ(), "HVD_TEST_PIDDIR="+pidDir, "HVD_KILL_GRACE_SECONDS=20", "HVD_BACKEND="+backend)
 	stdout, _ := cmd.StdoutPipe()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -55,30 +55,55 @@ func TestMultiHostNetns(t *testing.T) {
 	os.WriteFile(hostMap, []byte(fmt.Sprintf("%s %s\n%s %s\n", ipA, nsA, ipB, nsB)), 0o644)
 	sshStub, _ := filepath.Abs("testdata/netns-ssh")
 
-	cmd := exec.Command("ip", "netns", "exec", nsA, bin("hvdrun"), "-np", "3", "-H", ipA+":2,"+ipB+":1", bin("hvdconform"))
-	cmd.Env = append(os.Environ(), "HVD_SSH="+sshStub, "HVD_TEST_NETNS_MAP="+hostMap)
-	done := make(chan struct{})
-	var out []byte
-	var err error
-	go func() { out, err = cmd.CombinedOutput(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatalf("multi-host job hung")
-	}
-	text := string(out)
-	t.Logf("%s", tail(text, 12))
-	if err != nil || strings.Count(text, "passed, 0 failed") != 3 {
-		t.Fatalf("multi-host conformance failed (%v):\n%s", err, tail(text, 60))
-	}
-	for _, want := range []string{
-		"[0]<stdout>:rank 0/3: local 0/2 cross 0/2 homogeneous false",
-		"[1]<stdout>:rank 1/3: local 1/2 cross 0/1 homogeneous false",
-		"[2]<stdout>:rank 2/3: local 0/1 cross 1/2 homogeneous false",
-	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("missing %q in:\n%s", want, tail(text, 40))
+	run := func(t *testing.T, np int, hosts string, args ...string) string {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", nsA, bin("hvdrun"), "-np", fmt.Sprint(np), "-H", hosts, bin("hvdconform")}, args...)...)
+		cmd.Env = append(os.Environ(), "HVD_SSH="+sshStub, "HVD_TEST_NETNS_MAP="+hostMap)
+		done := make(chan struct{})
+		var out []byte
+		var err error
+		go func() { out, err = cmd.CombinedOutput(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Minute):
+			cmd.Process.Kill()
+			t.Fatalf("multi-host job hung")
 		}
+		text := string(out)
+		t.Logf("%s", tail(text, 12))
+		if err != nil || strings.Count(text, "passed, 0 failed") != np {
+			t.Fatalf("multi-host conformance failed (%v):\n%s", err, tail(text, 60))
+		}
+		return text
 	}
+	t.Run("np3", func(t *testing.T) {
+		text := run(t, 3, ipA+":2,"+ipB+":1")
+		for _, want := range []string{
+			"[0]<stdout>:rank 0/3: local 0/2 cross 0/2 homogeneous false",
+			"[1]<stdout>:rank 1/3: local 1/2 cross 0/1 homogeneous false",
+			"[2]<stdout>:rank 2/3: local 0/1 cross 1/2 homogeneous false",
+			// the global set spans both hosts: hierarchical (shm inside A)
+			"[0]<stdout>:ProcessSet(process_set_id=0, ranks=[0 1 2]): ",
+			"0 failed, on *hier.Comm",
+			// [1 2]: one rank per host
+			"[2]<stdout>:ProcessSet(process_set_id=1, ranks=[1 2]): ",
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("missing %q in:\n%s", want, tail(text, 40))
+			}
+		}
+	})
+	// 2 + 2: homogeneous, so the large allreduce takes the split path
+	// (local reduce-scatter, cross allreduce per local rank, local allgather).
+	t.Run("np4", func(t *testing.T) {
+		text := run(t, 4, ipA+":2,"+ipB+":2", "-quick")
+		for _, want := range []string{
+			"[3]<stdout>:rank 3/4: local 1/2 cross 1/2 homogeneous true",
+			"[0]<stdout>:ProcessSet(process_set_id=0, ranks=[0 1 2 3]): ",
+			"on *hier.Comm",
+		} {
+			if !strings.Contains(text, want) {
+				t.Errorf("missing %q in:\n%s", want, tail(text, 40))
+			}
+		}
+	})
 }

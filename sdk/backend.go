@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/backends/hier"
 	"github.com/hvdorg/hvd/backends/shm"
 	"github.com/hvdorg/hvd/backends/tcp"
 )
@@ -17,11 +18,19 @@ import (
 //
 //	auto (default)  a set whose members share a host uses shared memory,
 //	                falling back to TCP (with one log line) when the members
-//	                cannot share memory; a set that spans hosts uses TCP.
+//	                cannot share memory; a set that spans hosts uses
+//	                hierarchical collectives (backends/hier: shared memory
+//	                inside each host, TCP between hosts) for allreduce,
+//	                allgather and broadcast, flat TCP for the rest.
 //	shm             like auto, but a single-host set that cannot use shared
 //	                memory is an error instead of a fallback.
-//	tcp             TCP everywhere (loopback inside a host).
+//	tcp             TCP everywhere (loopback inside a host), flat.
 //
+// HOROVOD_HIERARCHICAL_ALLREDUCE / _ALLGATHER choose, for sets that span
+// hosts, whether allreduce / allgather go hierarchical. Unlike Horovod
+// (default 0, and only with NCCL) both default to on here, because the
+// shared-memory leg is faster than loopback TCP; set them to 0 to get flat
+// TCP collectives.
 // "Same host" is the host key of package rendezvous (hostname, boot id,
 // network and IPC namespace); shm itself also checks user and PID
 // namespace and that cross-memory attach is permitted, identically on every
@@ -70,7 +79,17 @@ func (w *World) hostsOf(ranks []int) [][]int {
 // for set setID; prefix separates the engine's mesh from the p2p one.
 func (w *World) newComm(ctx context.Context, prefix string, setID int, ranks []int) (backends.Communicator, error) {
 	name := prefix + strconv.Itoa(setID) + "-" + setHash(ranks)
-	if len(ranks) > 1 && w.backend != backendTCP && len(w.hostsOf(ranks)) == 1 {
+	hosts := w.hostsOf(ranks)
+	if len(hosts) > 1 && w.backend != backendTCP && (w.knobs.hierAllreduce || w.knobs.hierAllgather) {
+		return w.hierComm(ctx, name, ranks, hosts)
+	}
+	return w.hostComm(ctx, name, ranks, len(hosts) == 1)
+}
+
+// hostComm is a flat communicator over ranks: shared memory when they all
+// share a host (and the backend allows it), else TCP.
+func (w *World) hostComm(ctx context.Context, name string, ranks []int, oneHost bool) (backends.Communicator, error) {
+	if len(ranks) > 1 && w.backend != backendTCP && oneHost {
 		c, err := w.shmComm(ctx, name, ranks)
 		if err == nil {
 			return c, nil
@@ -101,4 +120,32 @@ func (w *World) shmComm(ctx context.Context, name string, ranks []int) (backends
 		ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
 		Spin: w.spin, LocalSize: w.topo.LocalSize,
 	})
+}
+
+// hierComm composes shared-memory communicators inside each host with TCP
+// between them; a flat TCP mesh carries everything that is not
+// hierarchical. Sub-communicators are named after the set, so the same set
+// built twice (the engine's and the p2p one) never mixes.
+func (w *World) hierComm(ctx context.Context, name string, ranks []int, hosts [][]int) (backends.Communicator, error) {
+	flat, err := w.tcpComm(ctx, name, ranks)
+	if err != nil {
+		return nil, err
+	}
+	c, err := hier.New(ctx, hier.Config{
+		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), Hosts: hosts,
+		Flat: flat, GlobalRanks: ranks,
+		HierAllreduce: w.knobs.hierAllreduce, HierAllgather: w.knobs.hierAllgather,
+		Dial: func(ctx context.Context, sub string, members []int) (backends.Communicator, error) {
+			global := make([]int, len(members))
+			for i, m := range members {
+				global[i] = ranks[m]
+			}
+			return w.hostComm(ctx, name+"/"+sub, global, len(w.hostsOf(global)) == 1)
+		},
+	})
+	if err != nil {
+		flat.Close()
+		return nil, err
+	}
+	return c, nil
 }

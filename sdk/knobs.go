@@ -17,6 +17,8 @@ type knobs struct {
 	stallShutdown time.Duration // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
 	timeline      string        // HOROVOD_TIMELINE: a path, or DYNAMIC
 	markCycles    bool          // HOROVOD_TIMELINE_MARK_CYCLES
+	hierAllreduce bool          // HOROVOD_HIERARCHICAL_ALLREDUCE (default on here; see backend.go)
+	hierAllgather bool          // HOROVOD_HIERARCHICAL_ALLGATHER (default on here)
 }
 
 // hvdBool parses Horovod's boolean knobs the way Horovod does: an integer
@@ -34,7 +36,13 @@ func hvdBool(v string) bool {
 }
 
 func readKnobs(getenv func(string) (string, bool)) (knobs, error) {
-	k := knobs{fusion: 128 << 20, cycle: time.Millisecond, cache: 1024, stallWarn: 60 * time.Second}
+	k := knobs{fusion: 128 << 20, cycle: time.Millisecond, cache: 1024, stallWarn: 60 * time.Second, hierAllreduce: true, hierAllgather: true}
+	if v, ok := getenv("HOROVOD_HIERARCHICAL_ALLREDUCE"); ok && strings.TrimSpace(v) != "" {
+		k.hierAllreduce = hvdBool(v)
+	}
+	if v, ok := getenv("HOROVOD_HIERARCHICAL_ALLGATHER"); ok && strings.TrimSpace(v) != "" {
+		k.hierAllgather = hvdBool(v)
+	}
 	num := func(name string, f func(float64) error) error {
 		v, ok := getenv(name)
 		if !ok || strings.TrimSpace(v) == "" {

@@ -86,7 +86,7 @@ func conform(quick bool) int {
 		}
 		failed += len(errs)
 		passed += total - len(errs)
-		fmt.Printf("%v: %d cases, %d failed\n", ps, total, len(errs))
+		fmt.Printf("%v: %d cases, %d failed, on %T\n", ps, total, len(errs), ps.Communicator())
 	}
 	fmt.Printf("%d passed, %d failed\n", passed, failed)
 	if failed > 0 {

@@ -93,6 +93,14 @@ func JobEnv(o *Options, rdzvAddr string, rdzvPort int) []KV {
 	if o.CacheCapacity != nil {
 		env = append(env, KV{"HOROVOD_CACHE_CAPACITY", strconv.Itoa(*o.CacheCapacity)})
 	}
+	for _, h := range []struct {
+		key string
+		v   *bool
+	}{{"HOROVOD_HIERARCHICAL_ALLREDUCE", o.HierAllreduce}, {"HOROVOD_HIERARCHICAL_ALLGATHER", o.HierAllgather}} {
+		if h.v != nil {
+			env = append(env, KV{h.key, map[bool]string{true: "1", false: "0"}[*h.v]})
+		}
+	}
 	if o.TimelineFilename != "" {
 		env = append(env, KV{"HOROVOD_TIMELINE", o.TimelineFilename})
 	}

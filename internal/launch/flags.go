@@ -29,6 +29,8 @@ type Options struct {
 	GlooTimeout       *int          // --gloo-timeout-seconds → HOROVOD_GLOO_TIMEOUT_SECONDS
 	CacheCapacity     *int          // --cache-capacity → HOROVOD_CACHE_CAPACITY
 	LogLevel          string        // --log-level, upper case → HOROVOD_LOG_LEVEL
+	HierAllreduce     *bool         // --(no-)hierarchical-allreduce → HOROVOD_HIERARCHICAL_ALLREDUCE
+	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
 	Command           []string      // the worker command and its arguments (non-empty)
 }
 
@@ -134,6 +136,18 @@ var flagDefs = []flagDef{
 			}
 			return usageErrorf("%s %q: want one of %s", n, v, strings.Join(LogLevels, ", "))
 		}},
+	{names: []string{"--hierarchical-allreduce"},
+		help: "hierarchical allreduce for sets that span hosts (HOROVOD_HIERARCHICAL_ALLREDUCE=1; hvd's default)",
+		set:  func(o *Options, n, v string) error { o.HierAllreduce = ptrTo(true); return nil }},
+	{names: []string{"--no-hierarchical-allreduce"},
+		help: "flat TCP allreduce across hosts (HOROVOD_HIERARCHICAL_ALLREDUCE=0)",
+		set:  func(o *Options, n, v string) error { o.HierAllreduce = ptrTo(false); return nil }},
+	{names: []string{"--hierarchical-allgather"},
+		help: "hierarchical allgather for sets that span hosts (HOROVOD_HIERARCHICAL_ALLGATHER=1; hvd's default)",
+		set:  func(o *Options, n, v string) error { o.HierAllgather = ptrTo(true); return nil }},
+	{names: []string{"--no-hierarchical-allgather"},
+		help: "flat TCP allgather across hosts (HOROVOD_HIERARCHICAL_ALLGATHER=0)",
+		set:  func(o *Options, n, v string) error { o.HierAllgather = ptrTo(false); return nil }},
 	{names: []string{"--gloo"},
 		help: "accepted for horovodrun compatibility (hvdrun always launches in Gloo mode)",
 		set:  func(o *Options, n, v string) error { return nil }},
@@ -276,3 +290,5 @@ func Usage() string {
 	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout).\n")
 	return b.String()
 }
+
+func ptrTo[T any](v T) *T { return &v }
