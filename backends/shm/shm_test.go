@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,4 +227,56 @@ func TestMessages(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A segment whose creator was killed before every member mapped it (the
+// only window in which a name exists) is removed by the next job; a live
+// creator's segment and other users' files are left alone.
+func TestOrphanedSegmentsAreSwept(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("cannot run true:", err)
+	}
+	dead := cmd.Process.Pid
+	uid := os.Getuid()
+	orphan := filepath.Join(shmDir, fmt.Sprintf("%s%d-%d-00000000deadbeef", segPrefix, uid, dead))
+	live := filepath.Join(shmDir, fmt.Sprintf("%s%d-%d-00000000cafef00d", segPrefix, uid, os.Getpid()))
+	other := filepath.Join(shmDir, fmt.Sprintf("%s%d-%d-0000000000000001", segPrefix, uid+1, dead))
+	for _, p := range []string{orphan, live, other} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(p) })
+	}
+	newComms(t, 2, nil)
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("orphan %s still exists (%v)", orphan, err)
+	}
+	for _, p := range []string{live, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+}
+
+// Building a communicator leaves nothing in /dev/shm, and neither does a
+// failed build (a rank that never arrives).
+func TestNoSegmentLeftAfterFailedBuild(t *testing.T) {
+	before := shmFiles(t)
+	st := backends.NewMemStore()
+	_, err := New(context.Background(), Config{Store: st, Prefix: "lonely", Rank: 0, Size: 2, ConnectTimeout: 300 * time.Millisecond, Spin: -1})
+	if err == nil {
+		t.Fatal("a communicator without its second rank was built")
+	}
+	// Rank 0 created the segment only after rank 1's record arrived; give
+	// it one that then never maps.
+	st2 := backends.NewMemStore()
+	st2.Set(context.Background(), "half/fact/1", []byte(myFacts().String()))
+	_, err = New(context.Background(), Config{Store: st2, Prefix: "half", Rank: 0, Size: 2, ConnectTimeout: 300 * time.Millisecond, Spin: -1})
+	if err == nil || !strings.Contains(err.Error(), "did not arrive") {
+		t.Fatalf("got %v, want a timeout naming the missing rank", err)
+	}
+	if after := shmFiles(t); len(after) != len(before) {
+		t.Errorf("segments left: before %v, after %v", before, after)
+	}
 }
