@@ -3,17 +3,53 @@
 GO      ?= go
 BIN     := bin
 NP      ?= 3
+PYNP    ?= 2
 
-.PHONY: all build run test test-short race vet bench anchors clean
+.PHONY: all build run run-go python generate check-generated torch test test-short race vet bench bench-python anchors clean
+
+PYTHON  ?= /usr/bin/python3
+PYBUILD := build/python
+PY_SRC  := $(shell find python/hvd -name '*.py')
 
 all: build
 
+# Go binaries (cmd/libhvd is a c-shared library: built by `make python`).
 build:
-	$(GO) build -o $(BIN)/ ./cmd/... ./examples/...
+	$(GO) build -o $(BIN)/ $$($(GO) list ./cmd/... ./examples/... | grep -v /cmd/libhvd)
 
-# The main job: a real multi-process data-parallel training run.
-run: build
+# The main job: hvd.torch trains a small model on 2 processes
+# (examples/pytorch); installs Debian's python3-torch when it is missing.
+run: build python torch
+	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np $(PYNP) $(PYTHON) examples/pytorch/train.py
+
+# The Go example: linear regression through the Go SDK.
+run-go: build
 	$(BIN)/hvdrun -np $(NP) $(BIN)/linreg
+
+# libhvd.so (+ header) and the importable package under build/python:
+# PYTHONPATH=build/python python3 -c 'import hvd.torch'
+python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC)
+	mkdir -p $(PYBUILD)
+	cp -r python/hvd $(PYBUILD)/
+	find $(PYBUILD)/hvd -name __pycache__ -prune -exec rm -rf {} +
+
+$(PYBUILD)/hvd/libhvd.so: $(shell find cmd/libhvd sdk backends -name '*.go' -not -name '*_test.go') go.mod
+	mkdir -p $(PYBUILD)/hvd
+	$(GO) build -buildmode=c-shared -o $@ ./cmd/libhvd
+
+# Debian's PyTorch for /usr/bin/python3, when missing.
+torch:
+	@$(PYTHON) -c 'import torch, numpy, pytest' 2>/dev/null || { \
+	  echo "installing python3-torch python3-numpy python3-pytest with apt-get"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch python3-numpy python3-pytest >/dev/null; }
+
+# Regenerate the C ABI's two sides from codegen/abi/hvd.go.
+generate:
+	$(GO) run ./codegen/abi/genabi
+
+check-generated:
+	$(GO) run ./codegen/abi/genabi -check
 
 # The test suite (unit, in-process conformance, multi-process end to end).
 test:
@@ -34,5 +70,9 @@ bench: build
 anchors:
 	bench/anchors/run_anchors.sh --np 2
 
+# hvd.torch vs torch DDP (gloo) step time, Python vs Go allreduce sweep.
+bench-python: build python
+	bench/python/run.sh
+
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build

@@ -2,4 +2,8 @@ module github.com/hvdorg/hvd
 
 go 1.26.0
 
-require golang.org/x/sys v0.50.0 // indirect
+require (
+	github.com/dave/jennifer v1.7.1 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/tools v0.52.0 // indirect
+)

@@ -2,21 +2,55 @@ package backends
 
 import (
 	"fmt"
+	"os"
+	"sync/atomic"
 	"unsafe"
 )
 
-// Reduce computes dst[i] = dst[i] op src[i] elementwise. len(dst) must equal
-// len(src) and be a multiple of dt.Size(); buffers must be aligned to the
-// element size (Go allocations and tensor storage are).
-//
-// Semantics per dtype: integers wrap on overflow (two's complement, as C and
-// gloo do); Min/Max on floats propagate NaN (a NaN on any rank gives NaN, like
-// torch.minimum); bool treats Sum and Max as logical OR and Product and Min as
-// logical AND. The portable loops are written so the compiler keeps them free
-// of bounds checks; the vectorised kernels are the shm issue's work.
+// Reduce computes dst[i] = dst[i] op src[i] elementwise: ReduceTo(dst, dst,
+// src, dt, op).
 func Reduce(dst, src []byte, dt DType, op ReduceOp) error {
-	if len(dst) != len(src) {
-		return fmt.Errorf("%w: reduce of %d bytes into %d bytes", ErrInvalidArgument, len(src), len(dst))
+	return ReduceTo(dst, dst, src, dt, op)
+}
+
+// ReduceTo computes dst[i] = a[i] op b[i] elementwise. a, b and dst must have
+// the same length, a multiple of dt.Size(). dst may be a or b (the same
+// first byte); a dst that overlaps a or b in any other way is an error. a and
+// b may overlap each other freely. Buffers should be aligned to the element
+// size (Go allocations and tensor storage are); on amd64 and arm64
+// misaligned buffers work too.
+//
+// Semantics, identical on every path (vectorised or portable; the tests
+// prove it bit for bit):
+//
+//   - Integers wrap on overflow (two's complement, as C and gloo do).
+//   - Bool: any non-zero byte is true; Sum and Max are logical OR, Product
+//     and Min logical AND; the result bytes are 0 or 1.
+//   - Floats: Sum and Product are the IEEE operation rounded to nearest-even.
+//     Min and Max are IEEE 754-2019 minimum and maximum: -0 < +0, and they
+//     propagate NaN (like torch.minimum), unlike x86's MINPS.
+//   - NaN payloads: when an operand is a NaN, every op returns a's NaN if a
+//     is a NaN, else b's, with its quiet bit set (for Reduce, a is dst). A
+//     NaN made from non-NaN operands (Inf-Inf, 0·Inf) is the hardware's
+//     default NaN (0xffc00000 on x86, 0x7fc00000 on arm64 and others).
+//   - float16 and bfloat16 are converted exactly to float32, the op is done in
+//     float32 and the result rounded once to nearest-even (overflow to ±Inf,
+//     subnormals kept, NaN quieted: see F32ToF16 and F32ToBF16). float32
+//     has more than 2p+2 bits for both types (24 ≥ 2·11+2), so this double
+//     rounding gives the correctly rounded half-precision result for Sum and
+//     Product. Every pairwise step rounds, as gloo and NCCL do: accumulating a
+//     whole ring in float32 would make results depend on the algorithm.
+//
+// The kernels in use are reported by Kernels and chosen at start-up: the
+// best the CPU supports (on amd64 with AVX2 and F16C, the vectorised ones in
+// kernels_amd64.s), or the portable Go loops when the environment variable
+// HVD_KERNELS=generic is set (or the build tag purego is used).
+func ReduceTo(dst, a, b []byte, dt DType, op ReduceOp) error {
+	if len(a) != len(dst) || len(b) != len(dst) {
+		if len(a) == len(dst) {
+			return fmt.Errorf("%w: reduce of %d bytes into %d bytes", ErrInvalidArgument, len(b), len(dst))
+		}
+		return fmt.Errorf("%w: reduce of %d and %d bytes into %d bytes", ErrInvalidArgument, len(a), len(b), len(dst))
 	}
 	es := dt.Size()
 	if es == 0 || !op.Valid() {
@@ -28,125 +62,278 @@ func Reduce(dst, src []byte, dt DType, op ReduceOp) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	n := len(dst) / es
-	d, s := unsafe.Pointer(&dst[0]), unsafe.Pointer(&src[0])
+	if partialOverlap(dst, a) || partialOverlap(dst, b) {
+		return fmt.Errorf("%w: reduce output overlaps an input without being it", ErrInvalidArgument)
+	}
+	reduceWith(activeKernels.Load(), unsafe.Pointer(&dst[0]), unsafe.Pointer(&a[0]), unsafe.Pointer(&b[0]), len(dst), dt, op)
+	return nil
+}
+
+// partialOverlap reports whether x and y (both non-empty, same length) share
+// memory without starting at the same address.
+func partialOverlap(x, y []byte) bool {
+	p, q := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	return p != q && p < q+uintptr(len(y)) && q < p+uintptr(len(x))
+}
+
+// vecKernel computes dst = a op b over n bytes, n a multiple of vecBlock.
+type vecKernel func(dst, a, b *byte, n int)
+
+// vecBlock is the granule of every vector kernel (one YMM register).
+const vecBlock = 32
+
+// kernelSet is one implementation of the reductions: a vector kernel per
+// dtype and op, or nil where the portable loop is used, and optionally a twin
+// with non-temporal stores (dst aligned to vecBlock) for calls of at least
+// ntMin bytes.
+type kernelSet struct {
+	name  string
+	vec   [numDTypes][numOps]vecKernel
+	nt    [numDTypes][numOps]vecKernel
+	ntMin int
+}
+
+var (
+	genericKernels = &kernelSet{name: "generic"}
+	activeKernels  atomic.Pointer[kernelSet]
+)
+
+func init() {
+	// Unknown values fall back to "auto"; Kernels tells what is in use.
+	if err := SetKernels(os.Getenv("HVD_KERNELS")); err != nil {
+		_ = SetKernels("auto")
+	}
+}
+
+// Kernels names the reduction kernels in use: "avx2" (amd64 with AVX2 and
+// F16C) or "generic" (portable Go).
+func Kernels() string { return activeKernels.Load().name }
+
+// SetKernels selects the reduction kernels: "auto" or "" (the best this CPU
+// supports), "generic" (the portable Go loops) or a name Kernels reports.
+// The environment variable HVD_KERNELS is passed to it at start-up. It is
+// meant for tests and benchmarks; it is safe to call at any time (a
+// reduction in flight finishes with the kernels it started with).
+func SetKernels(name string) error {
+	switch name {
+	case "", "auto":
+		if vectorKernels != nil {
+			activeKernels.Store(vectorKernels)
+		} else {
+			activeKernels.Store(genericKernels)
+		}
+		return nil
+	case "generic":
+		activeKernels.Store(genericKernels)
+		return nil
+	}
+	if vectorKernels != nil && name == vectorKernels.name {
+		activeKernels.Store(vectorKernels)
+		return nil
+	}
+	avail := "auto, generic"
+	if vectorKernels != nil {
+		avail += ", " + vectorKernels.name
+	}
+	return fmt.Errorf("%w: reduction kernels %q are not available here (have %s)", ErrUnsupported, name, avail)
+}
+
+// reduceWith runs ks's kernel over the whole vector blocks and the portable
+// loop over the rest. n is in bytes.
+func reduceWith(ks *kernelSet, d, a, b unsafe.Pointer, n int, dt DType, op ReduceOp) {
+	k := ks.vec[dt][op]
+	if k == nil || n < vecBlock {
+		reduceGeneric(d, a, b, n/dt.Size(), dt, op)
+		return
+	}
+	if knt := ks.nt[dt][op]; knt != nil && ks.ntMin > 0 && n >= ks.ntMin {
+		// The elements before the first 32-byte boundary of dst go
+		// through the portable loop (possible when dst is aligned to its
+		// element size, as it should be), the rest through the
+		// non-temporal kernel.
+		if head := int(-uintptr(d) & (vecBlock - 1)); head%dt.Size() == 0 {
+			if head > 0 {
+				reduceGeneric(d, a, b, head/dt.Size(), dt, op)
+				d, a, b, n = unsafe.Add(d, head), unsafe.Add(a, head), unsafe.Add(b, head), n-head
+			}
+			k = knt
+		}
+	}
+	if n >= vecBlock {
+		m := n &^ (vecBlock - 1)
+		k((*byte)(d), (*byte)(a), (*byte)(b), m)
+		if m == n {
+			return
+		}
+		d, a, b, n = unsafe.Add(d, m), unsafe.Add(a, m), unsafe.Add(b, m), n-m
+	}
+	reduceGeneric(d, a, b, n/dt.Size(), dt, op)
+}
+
+// reduceGeneric is the portable implementation over n elements: plain Go
+// loops, written so the compiler keeps them free of bounds checks.
+func reduceGeneric(d, a, b unsafe.Pointer, n int, dt DType, op ReduceOp) {
 	switch dt {
 	case Uint8:
-		reduceInt(unsafe.Slice((*uint8)(d), n), unsafe.Slice((*uint8)(s), n), op)
+		reduceInt((*uint8)(d), (*uint8)(a), (*uint8)(b), n, op)
 	case Int8:
-		reduceInt(unsafe.Slice((*int8)(d), n), unsafe.Slice((*int8)(s), n), op)
+		reduceInt((*int8)(d), (*int8)(a), (*int8)(b), n, op)
 	case Uint16:
-		reduceInt(unsafe.Slice((*uint16)(d), n), unsafe.Slice((*uint16)(s), n), op)
+		reduceInt((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op)
 	case Int16:
-		reduceInt(unsafe.Slice((*int16)(d), n), unsafe.Slice((*int16)(s), n), op)
+		reduceInt((*int16)(d), (*int16)(a), (*int16)(b), n, op)
 	case Int32:
-		reduceInt(unsafe.Slice((*int32)(d), n), unsafe.Slice((*int32)(s), n), op)
+		reduceInt((*int32)(d), (*int32)(a), (*int32)(b), n, op)
 	case Int64:
-		reduceInt(unsafe.Slice((*int64)(d), n), unsafe.Slice((*int64)(s), n), op)
+		reduceInt((*int64)(d), (*int64)(a), (*int64)(b), n, op)
 	case Float32:
-		reduceFloat(unsafe.Slice((*float32)(d), n), unsafe.Slice((*float32)(s), n), op)
+		reduceFloat((*float32)(d), (*float32)(a), (*float32)(b), n, op)
 	case Float64:
-		reduceFloat(unsafe.Slice((*float64)(d), n), unsafe.Slice((*float64)(s), n), op)
+		reduceFloat((*float64)(d), (*float64)(a), (*float64)(b), n, op)
 	case Float16:
-		reduceHalf(unsafe.Slice((*uint16)(d), n), unsafe.Slice((*uint16)(s), n), op, F16ToF32, F32ToF16)
+		reduceHalf((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op, F16ToF32, F32ToF16)
 	case BFloat16:
-		reduceHalf(unsafe.Slice((*uint16)(d), n), unsafe.Slice((*uint16)(s), n), op, BF16ToF32, F32ToBF16)
+		reduceHalf((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op, BF16ToF32, F32ToBF16)
 	case Bool:
-		reduceBool(unsafe.Slice((*uint8)(d), n), unsafe.Slice((*uint8)(s), n), op)
+		reduceBool((*uint8)(d), (*uint8)(a), (*uint8)(b), n, op)
 	}
-	return nil
 }
 
 type integer interface {
 	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~int64
 }
 
-func reduceInt[T integer](d, s []T, op ReduceOp) {
-	s = s[:len(d)]
+// Each loop reads a[i] and b[i] before it writes d[i], so d may be a or b.
+
+func reduceInt[T integer](dp, ap, bp *T, n int, op ReduceOp) {
+	d, a, b := unsafe.Slice(dp, n), unsafe.Slice(ap, n), unsafe.Slice(bp, n)
 	switch op {
 	case Sum:
 		for i := range d {
-			d[i] += s[i]
+			d[i] = a[i] + b[i]
 		}
 	case Product:
 		for i := range d {
-			d[i] *= s[i]
+			d[i] = a[i] * b[i]
 		}
 	case Min:
 		for i := range d {
-			d[i] = min(d[i], s[i])
+			d[i] = min(a[i], b[i])
 		}
 	case Max:
 		for i := range d {
-			d[i] = max(d[i], s[i])
+			d[i] = max(a[i], b[i])
 		}
 	}
 }
 
-func reduceFloat[T float32 | float64](d, s []T, op ReduceOp) {
-	s = s[:len(d)]
+type float interface{ float32 | float64 }
+
+// quiet sets x's quiet-NaN bit.
+func quiet[F float](x F) F {
+	switch unsafe.Sizeof(x) {
+	case 4:
+		*(*uint32)(unsafe.Pointer(&x)) |= 1 << 22
+	case 8:
+		*(*uint64)(unsafe.Pointer(&x)) |= 1 << 51
+	}
+	return x
+}
+
+// nanResult fixes the NaN r that x op y gave: x's NaN if x is one, else y's,
+// quieted; r itself when neither operand is a NaN. Hardware agrees for one
+// NaN operand; for two, x86 returns the first source operand, which Go's
+// compiler may have swapped, and RISC-V always returns its canonical NaN.
+func nanResult[F float](x, y, r F) F {
+	if x != x {
+		return quiet(x)
+	}
+	if y != y {
+		return quiet(y)
+	}
+	return r
+}
+
+// fop is x op y for the portable float loops (min and max are Go's, which
+// order -0 < +0 and return a NaN when either operand is one).
+func fop[F float](op ReduceOp, x, y F) F {
+	var r F
 	switch op {
 	case Sum:
-		// 4-way unrolled: lets the CPU overlap the independent adds.
-		i := 0
-		for ; i+4 <= len(d); i += 4 {
-			dd, ss := d[i:i+4:i+4], s[i:i+4:i+4]
-			dd[0] += ss[0]
-			dd[1] += ss[1]
-			dd[2] += ss[2]
-			dd[3] += ss[3]
-		}
-		for ; i < len(d); i++ {
-			d[i] += s[i]
+		r = x + y
+	case Product:
+		r = x * y
+	case Min:
+		r = min(x, y)
+	default:
+		r = max(x, y)
+	}
+	if r != r {
+		r = nanResult(x, y, r)
+	}
+	return r
+}
+
+func reduceFloat[F float](dp, ap, bp *F, n int, op ReduceOp) {
+	d, a, b := unsafe.Slice(dp, n), unsafe.Slice(ap, n), unsafe.Slice(bp, n)
+	switch op {
+	case Sum:
+		for i := range d {
+			r := a[i] + b[i]
+			if r != r {
+				r = nanResult(a[i], b[i], r)
+			}
+			d[i] = r
 		}
 	case Product:
 		for i := range d {
-			d[i] *= s[i]
+			r := a[i] * b[i]
+			if r != r {
+				r = nanResult(a[i], b[i], r)
+			}
+			d[i] = r
 		}
 	case Min:
 		for i := range d {
-			d[i] = min(d[i], s[i]) // Go's min propagates NaN
+			r := min(a[i], b[i])
+			if r != r {
+				r = nanResult(a[i], b[i], r)
+			}
+			d[i] = r
 		}
 	case Max:
 		for i := range d {
-			d[i] = max(d[i], s[i])
+			r := max(a[i], b[i])
+			if r != r {
+				r = nanResult(a[i], b[i], r)
+			}
+			d[i] = r
 		}
 	}
 }
 
-func reduceHalf(d, s []uint16, op ReduceOp, load func(uint16) float32, store func(float32) uint16) {
-	s = s[:len(d)]
+func reduceHalf(dp, ap, bp *uint16, n int, op ReduceOp, load func(uint16) float32, store func(float32) uint16) {
+	d, a, b := unsafe.Slice(dp, n), unsafe.Slice(ap, n), unsafe.Slice(bp, n)
 	for i := range d {
-		a, b := load(d[i]), load(s[i])
-		var r float32
-		switch op {
-		case Sum:
-			r = a + b
-		case Product:
-			r = a * b
-		case Min:
-			r = min(a, b)
-		case Max:
-			r = max(a, b)
-		}
-		d[i] = store(r)
+		d[i] = store(fop(op, load(a[i]), load(b[i])))
 	}
 }
 
-func reduceBool(d, s []uint8, op ReduceOp) {
-	s = s[:len(d)]
+func reduceBool(dp, ap, bp *uint8, n int, op ReduceOp) {
+	d, a, b := unsafe.Slice(dp, n), unsafe.Slice(ap, n), unsafe.Slice(bp, n)
+	or := op == Sum || op == Max
 	for i := range d {
-		a, b := d[i] != 0, s[i] != 0
+		x, y := a[i] != 0, b[i] != 0
 		var r bool
-		if op == Sum || op == Max {
-			r = a || b
+		if or {
+			r = x || y
 		} else {
-			r = a && b
+			r = x && y
 		}
+		var v uint8
 		if r {
-			d[i] = 1
-		} else {
-			d[i] = 0
+			v = 1
 		}
+		d[i] = v
 	}
 }

@@ -185,6 +185,9 @@ func run(args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "engine" {
 		return runEngine(args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "kernel" {
+		return runKernel(args[1:], stdout)
+	}
 	o, err := parse(args)
 	if err != nil {
 		return err
