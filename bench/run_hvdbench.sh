@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The numbers of docs/performance.md: hvdbench (hvd's TCP backend under
-# hvdrun) and the anchors (torch.distributed gloo, Open MPI over TCP and over
-# shared memory), interleaved pass by pass in one session on one machine,
-# then Markdown tables with ratios.
+# The numbers of docs/performance.md: hvdbench (hvd's shared-memory and TCP
+# backends under hvdrun) and the anchors (torch.distributed gloo, Open MPI
+# over TCP and over shared memory), interleaved pass by pass in one session
+# on one machine, then Markdown tables with ratios and SVG plots of busbw
+# against size.
 #
 # Usage: bench/run_hvdbench.sh [--np N] [--sizes LIST] [--ops LIST] [--passes P]
-#                              [--out DIR] [--no-anchors]
+#                              [--backends LIST] [--out DIR] [--no-anchors]
 # Defaults: np 2, sizes 8,1K,64K,1M,16M,64M,256M, all five collectives,
-# 3 passes, DIR = bench/results/tmp/run-<date>-<time>.
+# backends shm,tcp, 3 passes, DIR = bench/results/tmp/run-<date>-<time>.
 # Needs Go; the anchors need Debian's python3-torch, python3-mpi4py and
 # openmpi-bin (bench/anchors/README.md). Run it alone: 2-core machines.
 set -eu -o pipefail
@@ -18,6 +19,7 @@ ops=allreduce,allgather,broadcast,alltoall,reducescatter
 passes=3
 out=""
 anchors=1
+backends=shm,tcp
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) np=$2; shift 2 ;;
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --passes) passes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --no-anchors) anchors=0; shift ;;
+    --backends) backends=$2; shift 2 ;;
     *) echo "run_hvdbench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -37,19 +40,23 @@ mkdir -p "$out"
   go version; nproc; free -g | head -2
 } > "$out/machine.txt"
 for p in $(seq 1 "$passes"); do
-  for op in ${ops//,/ }; do
-    echo "== pass $p: hvd-tcp $op"
-    "$root/bin/hvdrun" -np "$np" "$root/bin/hvdbench" "$op" --sizes "$sizes" \
-      --json "$out/hvd-tcp_${op}_np${np}_p$p.json" | sed 's/^\[0\]<stdout>://' | grep -v '^\[' || true
+  for be in ${backends//,/ }; do
+    for op in ${ops//,/ }; do
+      echo "== pass $p: hvd-$be $op"
+      "$root/bin/hvdrun" -np "$np" "$root/bin/hvdbench" "$op" --backend "$be" --sizes "$sizes" \
+        --json "$out/hvd-${be}_${op}_np${np}_p$p.json" | sed 's/^\[0\]<stdout>://' | grep -v '^\[' || true
+    done
+    echo "== pass $p: hvd-$be barrier"
+    "$root/bin/hvdrun" -np "$np" "$root/bin/hvdbench" barrier --backend "$be" --json "$out/hvd-${be}_barrier_np${np}_p$p.json" >/dev/null
   done
-  echo "== pass $p: hvd-tcp barrier"
-  "$root/bin/hvdrun" -np "$np" "$root/bin/hvdbench" barrier --json "$out/hvd-tcp_barrier_np${np}_p$p.json" >/dev/null
   if [ "$anchors" = 1 ]; then
     "$root/bench/anchors/run_anchors.sh" --np "$np" --sizes "$sizes" --ops "$ops,barrier" --out "$out/anchors-p$p" >/dev/null 2>&1 \
       || echo "anchors pass $p failed: see $out/anchors-p$p/log.txt" >&2
   fi
 done
-files=("$out"/hvd-tcp_*.json)
+files=("$out"/hvd-*_np"$np"_p*.json)
 if [ "$anchors" = 1 ]; then files+=("$out"/anchors-p*/*.json); fi
-/usr/bin/env python3 "$root/bench/tables.py" --base hvd-tcp "${files[@]}" > "$out/tables.md"
-echo "tables: $out/tables.md"
+base=hvd-${backends%%,*}
+/usr/bin/env python3 "$root/bench/tables.py" --base "$base" "${files[@]}" > "$out/tables.md"
+/usr/bin/env python3 "$root/bench/plot.py" --out "$out/plots" "${files[@]}" >/dev/null
+echo "tables: $out/tables.md; plots: $out/plots/"
