@@ -45,7 +45,7 @@ func (c *Comm) Allreduce(buf []byte, dt backends.DType, op backends.ReduceOp) er
 	return c.allreduceCMA(buf, t, dt, op)
 }
 
-func (c *Comm) allreduceSlots(buf []byte, t uint64, dt backends.DType, op backends.ReduceOp) error {
+func (c *Comm) allreduceSlots(buf []byte, t opTag, dt backends.DType, op backends.ReduceOp) error {
 	c.expose(t, buf, true)
 	if err := c.await("allreduce", c.allSeq(c.k)); err != nil {
 		return err
@@ -83,7 +83,7 @@ func blocks(n, es, size int) (off, ln []int) {
 	return off, ln
 }
 
-func (c *Comm) allreduceCMA(buf []byte, t uint64, dt backends.DType, op backends.ReduceOp) error {
+func (c *Comm) allreduceCMA(buf []byte, t opTag, dt backends.DType, op backends.ReduceOp) error {
 	const name = "allreduce"
 	c.expose(t, buf, false)
 	if err := c.await(name, c.allSeq(c.k)); err != nil {

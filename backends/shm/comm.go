@@ -127,6 +127,7 @@ const (
 	slotLen    = 8
 	slotMode   = 16 // modeSlot or modeCMA
 	slotAddr   = 24
+	slotTotal  = 32 // the byte count every member must agree on
 	slotCounts = 64
 
 	modeSlot = 1

@@ -264,8 +264,10 @@ func (c *Comm) oneWord(r, off int, k uint64) func() int {
 
 // tag packs what every member must agree on for an op; a mismatch is a
 // protocol error naming the peer, not corrupted data.
-func tag(kind byte, dt backends.DType, op backends.ReduceOp, root int, n int) uint64 {
-	return uint64(kind) | uint64(dt)<<8 | uint64(op)<<16 | uint64(uint16(root))<<24 | uint64(n)<<40
+type opTag struct{ w, n uint64 }
+
+func tag(kind byte, dt backends.DType, op backends.ReduceOp, root int, n int) opTag {
+	return opTag{w: uint64(kind) | uint64(dt)<<8 | uint64(op)<<16 | uint64(uint32(root))<<24, n: uint64(n)}
 }
 
 const (
@@ -281,28 +283,29 @@ const (
 
 var kindNames = [...]string{"", "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "gather", "broadcast message"}
 
-func describeTag(t uint64) string {
-	kind := int(t & 0xff)
+func describeTag(t opTag) string {
+	kind := int(t.w & 0xff)
 	name := fmt.Sprintf("op %d", kind)
 	if kind < len(kindNames) {
 		name = kindNames[kind]
 	}
-	return fmt.Sprintf("%s of %d bytes (%v, %v, root %d)", name, t>>40, backends.DType(t>>8), backends.ReduceOp(t>>16), uint16(t>>24))
+	return fmt.Sprintf("%s of %d bytes (%v, %v, root %d)", name, t.n, backends.DType(t.w>>8), backends.ReduceOp(t.w>>16), uint32(t.w>>24))
 }
 
 // writeSlot fills this rank's slot header for op k.
-func (c *Comm) writeSlot(t uint64, n int, mode int, addr uint64) {
+func (c *Comm) writeSlot(t opTag, n int, mode int, addr uint64) {
 	h, _ := c.slot(c.rank, c.k)
-	c.seg.u64(h + slotTag).Store(t)
+	c.seg.u64(h + slotTag).Store(t.w)
+	c.seg.u64(h + slotTotal).Store(t.n)
 	c.seg.u64(h + slotLen).Store(uint64(n))
 	c.seg.u64(h + slotMode).Store(uint64(mode))
 	c.seg.u64(h + slotAddr).Store(addr)
 }
 
 // peerSlot reads rank r's slot header for op k and checks its tag.
-func (c *Comm) peerSlot(op string, r int, want uint64) (n int, mode int, addr uintptr, err error) {
+func (c *Comm) peerSlot(op string, r int, want opTag) (n int, mode int, addr uintptr, err error) {
 	h, _ := c.slot(r, c.k)
-	if got := c.seg.u64(h + slotTag).Load(); got != want {
+	if got := (opTag{c.seg.u64(h + slotTag).Load(), c.seg.u64(h + slotTotal).Load()}); got != want {
 		return 0, 0, 0, c.fail(op, r, reasonProto, fmt.Sprintf("mismatched call: rank %s called %s, rank %s called %s", c.who(c.rank), describeTag(want), c.who(r), describeTag(got)))
 	}
 	return int(c.seg.u64(h + slotLen).Load()), int(c.seg.u64(h + slotMode).Load()), uintptr(c.seg.u64(h + slotAddr).Load()), nil
@@ -310,7 +313,7 @@ func (c *Comm) peerSlot(op string, r int, want uint64) (n int, mode int, addr ui
 
 // expose publishes buf for peers to read with process_vm_readv (modeCMA) or
 // copies it into the slot (modeSlot) and announces op k.
-func (c *Comm) expose(t uint64, buf []byte, viaSlot bool) {
+func (c *Comm) expose(t opTag, buf []byte, viaSlot bool) {
 	if viaSlot {
 		copy(c.slotData(c.rank, c.k, len(buf)), buf)
 		c.writeSlot(t, len(buf), modeSlot, 0)
