@@ -32,19 +32,23 @@ func Reduce(dst, src []byte, dt DType, op ReduceOp) error {
 //   - NaN payloads: when an operand is a NaN, every op returns a's NaN if a
 //     is a NaN, else b's, with its quiet bit set (for Reduce, a is dst). A
 //     NaN made from non-NaN operands (Inf-Inf, 0·Inf) is the hardware's
-//     default NaN (0xffc00000 on x86, 0x7fc00000 on arm64 and others).
+//     default NaN (negative on x86: 0xffc00000 for float32; positive on
+//     arm64 and others).
 //   - float16 and bfloat16 are converted exactly to float32, the op is done in
 //     float32 and the result rounded once to nearest-even (overflow to ±Inf,
-//     subnormals kept, NaN quieted: see F32ToF16 and F32ToBF16). float32
-//     has more than 2p+2 bits for both types (24 ≥ 2·11+2), so this double
-//     rounding gives the correctly rounded half-precision result for Sum and
-//     Product. Every pairwise step rounds, as gloo and NCCL do: accumulating a
-//     whole ring in float32 would make results depend on the algorithm.
+//     subnormals kept, NaN quieted with its payload truncated: see F32ToF16
+//     and F32ToBF16). float32 has at least 2p+2 significand bits for both
+//     types (24 ≥ 2·11+2), so this double rounding gives the correctly
+//     rounded half-precision result for Sum and Product. Every pairwise step
+//     rounds, as gloo and NCCL do: accumulating a whole ring in float32 would
+//     make results depend on the algorithm.
 //
 // The kernels in use are reported by Kernels and chosen at start-up: the
 // best the CPU supports (on amd64 with AVX2 and F16C, the vectorised ones in
-// kernels_amd64.s), or the portable Go loops when the environment variable
-// HVD_KERNELS=generic is set (or the build tag purego is used).
+// kernels_amd64.s, see reduce_amd64.go), or the portable Go loops when the
+// environment variable HVD_KERNELS=generic is set or hvd is built with the
+// purego tag. On amd64 a call of 16 MiB or more writes dst with
+// non-temporal stores, so dst is not left in the cache.
 func ReduceTo(dst, a, b []byte, dt DType, op ReduceOp) error {
 	if len(a) != len(dst) || len(b) != len(dst) {
 		if len(a) == len(dst) {
@@ -99,7 +103,8 @@ var (
 )
 
 func init() {
-	// Unknown values fall back to "auto"; Kernels tells what is in use.
+	// HVD_KERNELS: "auto" (default), "generic" or "avx2". Unknown or
+	// unavailable values fall back to "auto"; Kernels tells what is in use.
 	if err := SetKernels(os.Getenv("HVD_KERNELS")); err != nil {
 		_ = SetKernels("auto")
 	}
@@ -159,16 +164,22 @@ func reduceWith(ks *kernelSet, d, a, b unsafe.Pointer, n int, dt DType, op Reduc
 			k = knt
 		}
 	}
-	if n >= vecBlock {
-		m := n &^ (vecBlock - 1)
+	for n >= vecBlock {
+		// At most kernelChunk bytes per call: assembly cannot be
+		// preempted, and a 64 MiB reduction takes milliseconds.
+		m := min(n&^(vecBlock-1), kernelChunk)
 		k((*byte)(d), (*byte)(a), (*byte)(b), m)
 		if m == n {
-			return
+			return // (never advance a pointer past the end of its buffer)
 		}
 		d, a, b, n = unsafe.Add(d, m), unsafe.Add(a, m), unsafe.Add(b, m), n-m
 	}
 	reduceGeneric(d, a, b, n/dt.Size(), dt, op)
 }
+
+// kernelChunk bounds the bytes one vector kernel call handles (about 20-50
+// µs of work), so that a goroutine in a large reduction can be preempted.
+const kernelChunk = 1 << 20
 
 // reduceGeneric is the portable implementation over n elements: plain Go
 // loops, written so the compiler keeps them free of bounds checks.
@@ -191,9 +202,9 @@ func reduceGeneric(d, a, b unsafe.Pointer, n int, dt DType, op ReduceOp) {
 	case Float64:
 		reduceFloat((*float64)(d), (*float64)(a), (*float64)(b), n, op)
 	case Float16:
-		reduceHalf((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op, F16ToF32, F32ToF16)
+		reduceHalf((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op, false)
 	case BFloat16:
-		reduceHalf((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op, BF16ToF32, F32ToBF16)
+		reduceHalf((*uint16)(d), (*uint16)(a), (*uint16)(b), n, op, true)
 	case Bool:
 		reduceBool((*uint8)(d), (*uint8)(a), (*uint8)(b), n, op)
 	}
@@ -254,26 +265,8 @@ func nanResult[F float](x, y, r F) F {
 	return r
 }
 
-// fop is x op y for the portable float loops (min and max are Go's, which
-// order -0 < +0 and return a NaN when either operand is one).
-func fop[F float](op ReduceOp, x, y F) F {
-	var r F
-	switch op {
-	case Sum:
-		r = x + y
-	case Product:
-		r = x * y
-	case Min:
-		r = min(x, y)
-	default:
-		r = max(x, y)
-	}
-	if r != r {
-		r = nanResult(x, y, r)
-	}
-	return r
-}
-
+// reduceFloat's min and max are Go's, which order -0 < +0 and return a NaN
+// when either operand is one; nanResult then picks which.
 func reduceFloat[F float](dp, ap, bp *F, n int, op ReduceOp) {
 	d, a, b := unsafe.Slice(dp, n), unsafe.Slice(ap, n), unsafe.Slice(bp, n)
 	switch op {
@@ -312,10 +305,35 @@ func reduceFloat[F float](dp, ap, bp *F, n int, op ReduceOp) {
 	}
 }
 
-func reduceHalf(dp, ap, bp *uint16, n int, op ReduceOp, load func(uint16) float32, store func(float32) uint16) {
+// reduceHalf widens blocks of a and b to float32 on the stack, reduces them
+// with the float32 loop and rounds the block back into d: the conversions
+// stay direct (inlined for bfloat16) and the op is the float32 one.
+func reduceHalf(dp, ap, bp *uint16, n int, op ReduceOp, bf16 bool) {
 	d, a, b := unsafe.Slice(dp, n), unsafe.Slice(ap, n), unsafe.Slice(bp, n)
-	for i := range d {
-		d[i] = store(fop(op, load(a[i]), load(b[i])))
+	var xs, ys [256]float32
+	for len(d) > 0 {
+		m := min(len(d), len(xs))
+		x, y, ab, bb, db := xs[:m], ys[:m], a[:m], b[:m], d[:m]
+		if bf16 {
+			for i := range x {
+				x[i], y[i] = BF16ToF32(ab[i]), BF16ToF32(bb[i])
+			}
+		} else {
+			for i := range x {
+				x[i], y[i] = F16ToF32(ab[i]), F16ToF32(bb[i])
+			}
+		}
+		reduceFloat(&x[0], &x[0], &y[0], m, op)
+		if bf16 {
+			for i := range db {
+				db[i] = F32ToBF16(x[i])
+			}
+		} else {
+			for i := range db {
+				db[i] = F32ToF16(x[i])
+			}
+		}
+		d, a, b = d[m:], a[m:], b[m:]
 	}
 }
 

@@ -58,7 +58,7 @@ func (c *Comm) allreduceSlots(buf []byte, t opTag, dt backends.DType, op backend
 		}
 	}
 	n := len(buf)
-	reduceTo(buf, c.slotData(0, c.k, n), c.slotData(1, c.k, n), dt, op)
+	backends.ReduceTo(buf, c.slotData(0, c.k, n), c.slotData(1, c.k, n), dt, op)
 	for r := 2; r < c.size; r++ {
 		backends.Reduce(buf, c.slotData(r, c.k, n), dt, op)
 	}
@@ -142,10 +142,4 @@ func (c *Comm) allreduceCMA(buf []byte, t opTag, dt backends.DType, op backends.
 	}
 	c.finish()
 	return c.waitReaders(name, everyone)
-}
-
-// reduceTo computes dst = a op b for distinct dst, a and b.
-func reduceTo(dst, a, b []byte, dt backends.DType, op backends.ReduceOp) {
-	copy(dst, a)
-	backends.Reduce(dst, b, dt, op)
 }

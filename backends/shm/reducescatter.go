@@ -53,7 +53,7 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backends.DType,
 		if c.size == 1 {
 			copy(recv, send)
 		} else {
-			reduceTo(recv, c.slotData(0, c.k, mine+n)[mine:], c.slotData(1, c.k, mine+n)[mine:], dt, op)
+			backends.ReduceTo(recv, c.slotData(0, c.k, mine+n)[mine:], c.slotData(1, c.k, mine+n)[mine:], dt, op)
 			for r := 2; r < c.size; r++ {
 				backends.Reduce(recv, c.slotData(r, c.k, mine+n)[mine:], dt, op)
 			}
