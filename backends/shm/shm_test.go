@@ -61,15 +61,18 @@ func asComms(cs []*Comm) []backends.Communicator {
 	return out
 }
 
+// shmFiles lists the segments this process created (other test binaries
+// running in parallel create their own, briefly).
 func shmFiles(t testing.TB) map[string]bool {
 	t.Helper()
 	ents, err := os.ReadDir(shmDir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	mine := fmt.Sprintf("%s%d-%d-", segPrefix, os.Getuid(), os.Getpid())
 	out := map[string]bool{}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), segPrefix) {
+		if strings.HasPrefix(e.Name(), mine) {
 			out[e.Name()] = true
 		}
 	}
