@@ -157,6 +157,13 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 		if c.closing.Load() {
 			return false, fmt.Errorf("%w: idle interrupted by Close", backends.ErrClosed)
 		}
+		d := sleepSlice * 20
+		if timeout >= 0 {
+			d = min(d, time.Until(deadline))
+			if d <= 0 {
+				return false, nil
+			}
+		}
 		// A peer that closed or died cannot start an op any more: report
 		// it, as a TCP peer's EOF would be.
 		for r := 0; r < c.size; r++ {
@@ -164,13 +171,6 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 				if err := c.checkPeer("idle", r); err != nil {
 					return false, err
 				}
-			}
-		}
-		d := sleepSlice * 20
-		if timeout >= 0 {
-			d = min(d, time.Until(deadline))
-			if d <= 0 {
-				return false, nil
 			}
 		}
 		futexWait(bell, v, d)
