@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,6 +96,27 @@ func TestConformanceAsProcesses(t *testing.T) {
 	}
 	if after := shmSegments(t); len(after) > len(before) {
 		t.Errorf("/dev/shm segments left behind: before %v, after %v", before, after)
+	}
+}
+
+// hvdrun --bind-to core: each rank on its own core (when there are enough).
+func TestBindToCore(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	out, code := hvdrun(t, 2*time.Minute, nil, "--bind-to", "core", "-np", "2", bin("hvdconform"), "-quick")
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 30))
+	}
+	re := regexp.MustCompile(`rank (\d): cpus \[(\d+)\]\n`)
+	m := re.FindAllStringSubmatch(out, -1)
+	if len(m) != 2 || m[0][2] == m[1][2] {
+		t.Fatalf("want two ranks bound to two different single CPUs:\n%s", tail(out, 30))
+	}
+	// Without the flag nothing is bound.
+	out, _ = hvdrun(t, 2*time.Minute, nil, "-np", "2", bin("hvdconform"), "-quick")
+	if len(re.FindAllStringSubmatch(out, -1)) != 0 {
+		t.Fatalf("ranks were bound without --bind-to:\n%s", tail(out, 30))
 	}
 }
 

@@ -191,6 +191,11 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		return nil, err
 	}
 	w.id.LocalRank, w.id.LocalSize = w.topo.LocalRank, w.topo.LocalSize
+	if v, _ := getenv("HVD_BIND_TO"); v == "core" {
+		if err := bindToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf); err != nil {
+			return nil, err
+		}
+	}
 	w.id.CrossRank, w.id.CrossSize = w.topo.CrossRank, w.topo.CrossSize
 
 	all := make([]int, id.Size)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -64,6 +65,16 @@ func conform(quick bool) int {
 	defer sdk.Shutdown()
 	w, _ := sdk.Current()
 	fmt.Printf("rank %d/%d: local %d/%d cross %d/%d homogeneous %v\n", w.Rank(), w.Size(), w.LocalRank(), w.LocalSize(), w.CrossRank(), w.CrossSize(), w.IsHomogeneous())
+	var cpus unix.CPUSet
+	if unix.SchedGetaffinity(0, &cpus) == nil {
+		var list []int
+		for c := 0; len(list) < cpus.Count(); c++ {
+			if cpus.IsSet(c) {
+				list = append(list, c)
+			}
+		}
+		fmt.Printf("rank %d: cpus %v\n", w.Rank(), list)
+	}
 	o := conformance.Options{}
 	if quick {
 		o.Counts = []int{0, 1, 7, 1001}

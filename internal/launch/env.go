@@ -101,6 +101,9 @@ func JobEnv(o *Options, rdzvAddr string, rdzvPort int) []KV {
 			env = append(env, KV{h.key, map[bool]string{true: "1", false: "0"}[*h.v]})
 		}
 	}
+	if o.BindTo == "core" {
+		env = append(env, KV{"HVD_BIND_TO", "core"})
+	}
 	if o.TimelineFilename != "" {
 		env = append(env, KV{"HOROVOD_TIMELINE", o.TimelineFilename})
 	}

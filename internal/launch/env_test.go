@@ -50,7 +50,7 @@ func TestJobEnv(t *testing.T) {
 	o = &Options{NetworkInterfaces: []string{"eth0", "ib0"}, GlooTimeout: ptr(60),
 		FusionThresholdMB: ptr(1.5), CycleTimeMS: ptr(2.5), CacheCapacity: ptr(0),
 		TimelineFilename: "/tmp/tl.json", LogLevel: "DEBUG", StartTimeout: 7 * time.Second,
-		HierAllreduce: ptr(false), HierAllgather: ptr(true)}
+		HierAllreduce: ptr(false), HierAllgather: ptr(true), BindTo: "core"}
 	m := map[string]string{}
 	for _, kv := range JobEnv(o, "a", 1) {
 		m[kv.Key] = kv.Value
@@ -59,7 +59,7 @@ func TestJobEnv(t *testing.T) {
 		"HOROVOD_GLOO_IFACE": "eth0", "NCCL_SOCKET_IFNAME": "eth0,ib0", "HOROVOD_GLOO_TIMEOUT_SECONDS": "60",
 		"HOROVOD_FUSION_THRESHOLD": "1572864", "HOROVOD_CYCLE_TIME": "2.5", "HOROVOD_CACHE_CAPACITY": "0",
 		"HOROVOD_TIMELINE": "/tmp/tl.json", "HOROVOD_LOG_LEVEL": "DEBUG", "HOROVOD_START_TIMEOUT": "7",
-		"HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "1",
+		"HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "HVD_BIND_TO": "core",
 	} {
 		if m[k] != v {
 			t.Errorf("JobEnv: %s = %q, want %q", k, m[k], v)

@@ -30,6 +30,7 @@ type Options struct {
 	CacheCapacity     *int          // --cache-capacity → HOROVOD_CACHE_CAPACITY
 	LogLevel          string        // --log-level, upper case → HOROVOD_LOG_LEVEL
 	HierAllreduce     *bool         // --(no-)hierarchical-allreduce → HOROVOD_HIERARCHICAL_ALLREDUCE
+	BindTo            string        // --bind-to core|none → HVD_BIND_TO (workers bind themselves)
 	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
 	Command           []string      // the worker command and its arguments (non-empty)
 }
@@ -148,6 +149,16 @@ var flagDefs = []flagDef{
 	{names: []string{"--no-hierarchical-allgather"},
 		help: "flat TCP allgather across hosts (HOROVOD_HIERARCHICAL_ALLGATHER=0)",
 		set:  func(o *Options, n, v string) error { o.HierAllgather = ptrTo(false); return nil }},
+	{names: []string{"--bind-to"}, metavar: "core|none", takesValue: true,
+		help: "bind each rank to one core (local rank i → i-th allowed CPU; skipped when ranks outnumber cores), as mpirun does for np <= 2 (HVD_BIND_TO); default none",
+		set: func(o *Options, n, v string) error {
+			switch v {
+			case "core", "none":
+				o.BindTo = v
+				return nil
+			}
+			return usageErrorf("%s %q: want core or none", n, v)
+		}},
 	{names: []string{"--gloo"},
 		help: "accepted for horovodrun compatibility (hvdrun always launches in Gloo mode)",
 		set:  func(o *Options, n, v string) error { return nil }},

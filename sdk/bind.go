@@ -1,0 +1,44 @@
+package sdk
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// bindToCore implements HVD_BIND_TO=core (hvdrun --bind-to core): local
+// rank i runs on the i-th CPU of the process's allowed set, as mpirun binds
+// ranks for np <= 2. Every thread of the process is moved (a framework may
+// have started its own before Init). Nothing is bound when local ranks
+// outnumber the allowed CPUs: binding would stack ranks on cores.
+func bindToCore(localRank, localSize int, logf func(string, ...any)) error {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return fmt.Errorf("hvd: HVD_BIND_TO=core: read the CPU mask: %w", err)
+	}
+	var cpus []int
+	for c := 0; c < runtime.NumCPU()*8 && len(cpus) < set.Count(); c++ {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	if localSize > len(cpus) {
+		logf("hvd: HVD_BIND_TO=core: %d ranks on this host but %d CPUs allowed; not binding", localSize, len(cpus))
+		return nil
+	}
+	var one unix.CPUSet
+	one.Set(cpus[localRank])
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return unix.SchedSetaffinity(0, &one)
+	}
+	for _, t := range tasks {
+		if tid, err := strconv.Atoi(t.Name()); err == nil {
+			unix.SchedSetaffinity(tid, &one) // a thread may have exited meanwhile
+		}
+	}
+	return nil
+}
