@@ -6,9 +6,12 @@
 # against size.
 #
 # Usage: bench/run_hvdbench.sh [--np N] [--sizes LIST] [--ops LIST] [--passes P]
-#                              [--backends LIST] [--out DIR] [--no-anchors]
+#                              [--backends LIST] [--out DIR] [--no-anchors] [--no-bind]
 # Defaults: np 2, sizes 8,1K,64K,1M,16M,64M,256M, all five collectives,
 # backends shm,tcp, 3 passes, DIR = bench/results/tmp/run-<date>-<time>.
+# hvd's ranks are bound to cores (hvdrun --bind-to core) because mpirun binds
+# the MPI anchors' ranks to cores at np <= 2 (mpirun --report-bindings);
+# --no-bind measures hvdrun's default (unbound) instead.
 # Needs Go; the anchors need Debian's python3-torch, python3-mpi4py and
 # openmpi-bin (bench/anchors/README.md). Run it alone: 2-core machines.
 set -eu -o pipefail
@@ -20,6 +23,7 @@ passes=3
 out=""
 anchors=1
 backends=shm,tcp
+bind=(--bind-to core)
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) np=$2; shift 2 ;;
@@ -29,6 +33,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --no-anchors) anchors=0; shift ;;
     --backends) backends=$2; shift 2 ;;
+    --no-bind) bind=(); shift ;;
     *) echo "run_hvdbench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -43,11 +48,11 @@ for p in $(seq 1 "$passes"); do
   for be in ${backends//,/ }; do
     for op in ${ops//,/ }; do
       echo "== pass $p: hvd-$be $op"
-      "$root/bin/hvdrun" -np "$np" "$root/bin/hvdbench" "$op" --backend "$be" --sizes "$sizes" \
+      "$root/bin/hvdrun" "${bind[@]}" -np "$np" "$root/bin/hvdbench" "$op" --backend "$be" --sizes "$sizes" \
         --json "$out/hvd-${be}_${op}_np${np}_p$p.json" | sed 's/^\[0\]<stdout>://' | grep -v '^\[' || true
     done
     echo "== pass $p: hvd-$be barrier"
-    "$root/bin/hvdrun" -np "$np" "$root/bin/hvdbench" barrier --backend "$be" --json "$out/hvd-${be}_barrier_np${np}_p$p.json" >/dev/null
+    "$root/bin/hvdrun" "${bind[@]}" -np "$np" "$root/bin/hvdbench" barrier --backend "$be" --json "$out/hvd-${be}_barrier_np${np}_p$p.json" >/dev/null
   done
   if [ "$anchors" = 1 ]; then
     "$root/bench/anchors/run_anchors.sh" --np "$np" --sizes "$sizes" --ops "$ops,barrier" --out "$out/anchors-p$p" >/dev/null 2>&1 \
