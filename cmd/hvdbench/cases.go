@@ -89,7 +89,7 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 
 	case "allreduce":
 		cnt := max(size/es, 1)
-		buf := touch(backends.Alloc(int(cnt*es)))
+		buf := touch(backends.Alloc(int(cnt * es)))
 		return &benchCase{bytes: cnt * es, count: cnt,
 			run:   func() error { return c.Allreduce(buf, dt, backends.Sum) },
 			reset: func() { zero(buf) },
@@ -111,7 +111,7 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 
 	case "broadcast":
 		cnt := max(size/es, 1)
-		buf := touch(backends.Alloc(int(cnt*es)))
+		buf := touch(backends.Alloc(int(cnt * es)))
 		return &benchCase{bytes: cnt * es, count: cnt,
 			run:   func() error { return c.Broadcast(buf, 0) },
 			reset: func() {},
@@ -137,8 +137,8 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 
 	case "allgather":
 		per := max(size/es/int64(n), 1)
-		send := touch(backends.Alloc(int(per*es)))
-		recv := touch(backends.Alloc(int(per*es*int64(n))))
+		send := touch(backends.Alloc(int(per * es)))
+		recv := touch(backends.Alloc(int(per * es * int64(n))))
 		counts := make([]int, n)
 		for i := range counts {
 			counts[i] = int(per * es)
@@ -167,8 +167,8 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 
 	case "alltoall":
 		per := max(size/es/int64(n), 1) // elements per block
-		send := touch(backends.Alloc(int(per*es*int64(n))))
-		recv := touch(backends.Alloc(int(per*es*int64(n))))
+		send := touch(backends.Alloc(int(per * es * int64(n))))
+		recv := touch(backends.Alloc(int(per * es * int64(n))))
 		counts := make([]int, n)
 		for i := range counts {
 			counts[i] = int(per * es)
@@ -199,8 +199,8 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 
 	case "reducescatter":
 		per := max(size/es/int64(n), 1)
-		send := touch(backends.Alloc(int(per*es*int64(n))))
-		recv := touch(backends.Alloc(int(per*es)))
+		send := touch(backends.Alloc(int(per * es * int64(n))))
+		recv := touch(backends.Alloc(int(per * es)))
 		counts := make([]int, n)
 		for i := range counts {
 			counts[i] = int(per)
