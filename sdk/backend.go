@@ -77,8 +77,11 @@ func (w *World) hostsOf(ranks []int) [][]int {
 
 // newComm connects this rank's communicator over ranks (global, ascending)
 // for set setID; prefix separates the engine's mesh from the p2p one.
-func (w *World) newComm(ctx context.Context, prefix string, setID int, ranks []int) (backends.Communicator, error) {
+func (w *World) newComm(ctx context.Context, prefix string, setID int, gen int64, ranks []int) (backends.Communicator, error) {
 	name := prefix + strconv.Itoa(setID) + "-" + setHash(ranks)
+	if gen > 0 {
+		name += "-g" + strconv.FormatInt(gen, 10)
+	}
 	hosts := w.hostsOf(ranks)
 	if len(hosts) > 1 && w.backend != backendTCP && (w.knobs.hierAllreduce || w.knobs.hierAllgather) {
 		return w.hierComm(ctx, name, ranks, hosts)

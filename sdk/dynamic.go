@@ -76,7 +76,8 @@ func (w *World) AddProcessSet(ranks []int) (*ProcessSet, error) {
 	if slices.Contains(sorted, w.id.Rank) {
 		ctx, cancel := context.WithTimeout(context.Background(), w.id.Timeout)
 		defer cancel()
-		if sc, err = w.connectSet(ctx, id, sorted, nil); err != nil {
+		// agree advanced dynSeq identically on every rank.
+		if sc, err = w.connectSet(ctx, id, w.dynSeq.Load(), sorted, nil); err != nil {
 			return nil, fmt.Errorf("hvd: add_process_set %v: %w", sorted, err)
 		}
 	}

@@ -100,3 +100,39 @@ func TestDynamicMismatchFailsEveryRank(t *testing.T) {
 		return nil
 	})
 }
+
+// Removing a set and adding one with the same ranks again (the freed id is
+// reused, so the set's name is the same) builds fresh communicators: the old
+// build's store keys (addresses, shm segment names) must not be picked up.
+func TestDynamicReaddSameRanks(t *testing.T) {
+	for _, backend := range []string{"auto", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			ws := mustWorlds(t, 3, worldOpts{env: map[string]string{"HOROVOD_DYNAMIC_PROCESS_SETS": "1", "HVD_BACKEND": backend}})
+			each(t, ws, func(w *World) error {
+				for i := 0; i < 6; i++ {
+					ranks := []int{0, 2}
+					if i%2 == 1 {
+						ranks = []int{0, 1}
+					}
+					ps, err := w.AddProcessSet(ranks)
+					if err != nil {
+						return fmt.Errorf("round %d: add %v: %w", i, ranks, err)
+					}
+					if ps.Included() {
+						v := []float32{float32(w.Rank() + 1)}
+						if err := ps.AllreduceInPlace(TensorOf(v), ReduceOptions{Op: Sum}); err != nil {
+							return fmt.Errorf("round %d: %w", i, err)
+						}
+						if want := float32(ranks[0] + ranks[1] + 2); v[0] != want {
+							return fmt.Errorf("round %d: got %v want %v", i, v[0], want)
+						}
+					}
+					if err := w.RemoveProcessSet(ps); err != nil {
+						return fmt.Errorf("round %d: remove: %w", i, err)
+					}
+				}
+				return nil
+			})
+		})
+	}
+}

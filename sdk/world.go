@@ -202,7 +202,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	for i := range all {
 		all[i] = i
 	}
-	global, err := w.newComm(sctx, "ps", 0, all)
+	global, err := w.newComm(sctx, "ps", 0, 0, all)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		global.Close()
 		return nil, err
 	}
-	gc, err := w.connectSet(sctx, 0, all, global)
+	gc, err := w.connectSet(sctx, 0, 0, all, global)
 	if err != nil {
 		return nil, err
 	}
@@ -307,16 +307,18 @@ func (sc setComms) close() {
 }
 
 // connectSet builds both meshes of a set (eng may be given: the global
-// set's was built before process-set verification).
-func (w *World) connectSet(ctx context.Context, id int, ranks []int, eng backends.Communicator) (setComms, error) {
+// set's was built before process-set verification). gen tells apart two
+// builds of the same id and ranks (a dynamic set removed and added again):
+// their store keys must not meet.
+func (w *World) connectSet(ctx context.Context, id int, gen int64, ranks []int, eng backends.Communicator) (setComms, error) {
 	sc := setComms{eng: eng}
 	var err error
 	if sc.eng == nil {
-		if sc.eng, err = w.newComm(ctx, "ps", id, ranks); err != nil {
+		if sc.eng, err = w.newComm(ctx, "ps", id, gen, ranks); err != nil {
 			return sc, err
 		}
 	}
-	if sc.p2p, err = w.newComm(ctx, "p2p", id, ranks); err != nil {
+	if sc.p2p, err = w.newComm(ctx, "p2p", id, gen, ranks); err != nil {
 		sc.close()
 		return setComms{}, err
 	}
@@ -337,7 +339,7 @@ func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[i], errs[i] = w.connectSet(ctx, firstID+i, ranks, nil)
+			comms[i], errs[i] = w.connectSet(ctx, firstID+i, 0, ranks, nil)
 		}()
 	}
 	wg.Wait()

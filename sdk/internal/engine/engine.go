@@ -418,6 +418,7 @@ func (e *Engine) round() error {
 	// While a rank is joining, everything is negotiated (the coordinator
 	// knows who contributes zeros).
 	var cached []Response
+	var cachedReq []Request
 	for bit := 0; bit < 64*W; bit++ {
 		q, mine := hitReq[bit]
 		if !mine {
@@ -428,10 +429,12 @@ func (e *Engine) round() error {
 			uncached = append(uncached, q)
 		case common[bit/64]&(1<<(bit%64)) != 0:
 			cached = append(cached, e.cache.Response(bit))
+			cachedReq = append(cachedReq, q)
 		default:
 			e.waiting = append(e.waiting, q) // others have not enqueued it yet
 		}
 	}
+	cached = e.wholeGroups(cached, cachedReq, &uncached)
 	e.cache.Erase(invalidAll)
 	e.stats.rounds.Add(1)
 	e.stats.cached.Add(uint64(len(cached)))
@@ -457,6 +460,43 @@ func (e *Engine) round() error {
 		}
 	}
 	return nil
+}
+
+// wholeGroups keeps a group together: when any member of a group goes
+// through the coordinator, its cached and waiting members do too, since the
+// coordinator releases a group only once it has every member. (A group all
+// of whose members wait stays waiting: nothing may go to the coordinator in
+// a round in which no rank has flagged uncached work.) Every rank
+// makes the same choice: the cache, the common and invalid bits, and a
+// group's members (enqueued atomically) are the same everywhere.
+func (e *Engine) wholeGroups(cached []Response, cachedReq []Request, uncached *[]Request) []Response {
+	split := map[string]bool{}
+	for _, q := range *uncached {
+		if q.Group != "" {
+			split[q.Group] = true
+		}
+	}
+	if len(split) == 0 {
+		return cached
+	}
+	keep := cached[:0]
+	for i, r := range cached {
+		if q := cachedReq[i]; split[q.Group] {
+			*uncached = append(*uncached, q)
+			continue
+		}
+		keep = append(keep, r)
+	}
+	waiting := e.waiting[:0]
+	for _, q := range e.waiting {
+		if split[q.Group] {
+			*uncached = append(*uncached, q)
+			continue
+		}
+		waiting = append(waiting, q)
+	}
+	e.waiting = waiting
+	return keep
 }
 
 // negotiate sends this rank's uncached requests to the coordinator and

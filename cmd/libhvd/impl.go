@@ -1,0 +1,488 @@
+// Command libhvd is hvd's C ABI, built as a shared library for the Python
+// package (and any other C caller):
+//
+//	go build -buildmode=c-shared -o build/python/hvd/libhvd.so ./cmd/libhvd
+//
+// abi_gen.go (generated from codegen/abi/hvd.go, do not edit) holds the
+// //export functions; this file implements them on top of package sdk.
+//
+// Memory rules (cgo's pointer-passing rules hold by construction):
+//   - tensors are caller memory (void*): the engine reads and writes them in
+//     place, and the caller keeps them alive until wait() returns;
+//   - nothing Go allocates is ever handed to C: handles are integer ids into
+//     a table here, outputs the engine allocated (allgather, alltoall,
+//     reducescatter) are copied into caller memory by handle_output_copy;
+//   - slices passed in (shapes, splits, pointer arrays) are copied before the
+//     call returns.
+//
+// Only one Go runtime can live in a process: do not load libhvd.so next to
+// another Go shared library (the Python loader refuses to).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk"
+)
+
+func main() {}
+
+var errUnknownHandle = errors.New("hvd: unknown handle")
+
+// handles maps the ids given to C to in-flight (or completed, unreleased)
+// operations.
+var handles = struct {
+	sync.Mutex
+	next int64
+	m    map[int64]*sdk.Handle
+}{m: map[int64]*sdk.Handle{}}
+
+func addHandle(h *sdk.Handle, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	handles.Lock()
+	defer handles.Unlock()
+	handles.next++
+	handles.m[handles.next] = h
+	return handles.next, nil
+}
+
+func getHandle(id int64) (*sdk.Handle, error) {
+	handles.Lock()
+	defer handles.Unlock()
+	h, ok := handles.m[id]
+	if !ok {
+		return nil, fmt.Errorf("%w %d (never issued, or already released)", errUnknownHandle, id)
+	}
+	return h, nil
+}
+
+// errorCode classifies an error for the caller (see codegen/abi/hvd.go).
+func errorCode(err error) int32 {
+	switch {
+	case errors.Is(err, errUnknownHandle):
+		return codeUnknownHandle
+	case errors.Is(err, sdk.ErrNotInitialized):
+		return codeNotInitialized
+	case errors.Is(err, sdk.ErrNotMember):
+		return codeNotMember
+	case errors.Is(err, sdk.ErrUnknownSet):
+		return codeUnknownSet
+	case errors.Is(err, sdk.ErrProcessSetMismatch):
+		return codeProcessSetMismatch
+	case errors.Is(err, backends.ErrUnsupported):
+		return codeUnsupported
+	case errors.Is(err, sdk.ErrMismatch):
+		return codeMismatch
+	case errors.Is(err, sdk.ErrShutdown), errors.Is(err, backends.ErrClosed):
+		return codeShutdown
+	case errors.Is(err, sdk.ErrPeerFailure):
+		return codePeerFailure
+	case errors.Is(err, sdk.ErrInvalidArgument):
+		return codeInvalidArgument
+	}
+	return codeInternal
+}
+
+func implAbiVersion() int64 { return specVersion }
+
+func implInit(flat, sizes []int32, dynamic bool) (int32, error) {
+	var sets [][]int
+	off := 0
+	for i, n := range sizes {
+		if n < 0 || off+int(n) > len(flat) {
+			return 0, fmt.Errorf("%w: init: process set #%d: size %d does not fit the %d ranks given", sdk.ErrInvalidArgument, i+1, n, len(flat))
+		}
+		s := make([]int, n)
+		for j := range s {
+			s[j] = int(flat[off+j])
+		}
+		sets = append(sets, s)
+		off += int(n)
+	}
+	if off != len(flat) {
+		return 0, fmt.Errorf("%w: init: %d ranks given but the set sizes add up to %d", sdk.ErrInvalidArgument, len(flat), off)
+	}
+	return 0, sdk.Init(sdk.Config{ProcessSets: sets, Dynamic: dynamic})
+}
+
+func implShutdown() (int32, error) {
+	handles.Lock()
+	handles.m = map[int64]*sdk.Handle{}
+	handles.Unlock()
+	return 0, sdk.Shutdown()
+}
+
+func implIsInitialized() int32 { return b2i(sdk.IsInitialized()) }
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// query answers -1 before init, as Horovod's C API does.
+func query(f func(w *sdk.World) int) int32 {
+	w, err := sdk.Current()
+	if err != nil {
+		return -1
+	}
+	return int32(f(w))
+}
+
+func implRank() int32      { return query((*sdk.World).Rank) }
+func implSize() int32      { return query((*sdk.World).Size) }
+func implLocalRank() int32 { return query((*sdk.World).LocalRank) }
+func implLocalSize() int32 { return query((*sdk.World).LocalSize) }
+func implCrossRank() int32 { return query((*sdk.World).CrossRank) }
+func implCrossSize() int32 { return query((*sdk.World).CrossSize) }
+func implIsHomogeneous() int32 {
+	return query(func(w *sdk.World) int { return int(b2i(w.IsHomogeneous())) })
+}
+
+func fill(out []int32, vals []int) int32 {
+	for i := range min(len(out), len(vals)) {
+		out[i] = int32(vals[i])
+	}
+	return int32(len(vals))
+}
+
+func implProcessSetIds(out []int32) (int32, error) {
+	w, err := sdk.Current()
+	if err != nil {
+		return 0, err
+	}
+	var ids []int
+	for _, ps := range w.ProcessSets() {
+		ids = append(ids, ps.ID())
+	}
+	return fill(out, ids), nil
+}
+
+func processSet(id int32) (*sdk.World, *sdk.ProcessSet, error) {
+	w, err := sdk.Current()
+	if err != nil {
+		return nil, nil, err
+	}
+	ps, err := w.ProcessSet(int(id))
+	return w, ps, err
+}
+
+func implProcessSetRanks(id int32, out []int32) (int32, error) {
+	_, ps, err := processSet(id)
+	if err != nil {
+		return 0, err
+	}
+	return fill(out, ps.Ranks()), nil
+}
+
+func implAddProcessSet(ranks []int32) (int32, error) {
+	w, err := sdk.Current()
+	if err != nil {
+		return 0, err
+	}
+	rs := make([]int, len(ranks))
+	for i, r := range ranks {
+		rs[i] = int(r)
+	}
+	ps, err := w.AddProcessSet(rs)
+	if err != nil {
+		return 0, err
+	}
+	return int32(ps.ID()), nil
+}
+
+func implRemoveProcessSet(id int32) (int32, error) {
+	w, ps, err := processSet(id)
+	if err != nil {
+		return 0, err
+	}
+	return 0, w.RemoveProcessSet(ps)
+}
+
+// tensorAt views caller memory as a tensor (no copy).
+func tensorAt(p unsafe.Pointer, dtype int32, shape []int64) (sdk.Tensor, error) {
+	dt := sdk.DType(dtype)
+	if dtype < 0 || !dt.Valid() {
+		return sdk.Tensor{}, fmt.Errorf("%w: unknown dtype %d", sdk.ErrInvalidArgument, dtype)
+	}
+	n := int64(1)
+	for i, d := range shape {
+		if d < 0 {
+			return sdk.Tensor{}, fmt.Errorf("%w: dimension %d is negative (%d)", sdk.ErrInvalidArgument, i, d)
+		}
+		n *= d
+	}
+	nbytes := n * int64(dt.Size())
+	t := sdk.Tensor{DType: dt, Shape: shape}
+	if nbytes > 0 {
+		if p == nil {
+			return sdk.Tensor{}, fmt.Errorf("%w: null data pointer for a tensor of %d bytes", sdk.ErrInvalidArgument, nbytes)
+		}
+		t.Data = unsafe.Slice((*byte)(p), nbytes)
+	}
+	return t, nil
+}
+
+// tensorsAt views several tensors given as pointer, dtype, ndims and the
+// concatenated shapes.
+func tensorsAt(ptrs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64) ([]sdk.Tensor, error) {
+	if len(dtypes) != len(ptrs) || len(ndims) != len(ptrs) {
+		return nil, fmt.Errorf("%w: %d tensors, %d dtypes, %d ranks", sdk.ErrInvalidArgument, len(ptrs), len(dtypes), len(ndims))
+	}
+	ts := make([]sdk.Tensor, len(ptrs))
+	off := 0
+	for i := range ptrs {
+		nd := int(ndims[i])
+		if nd < 0 || off+nd > len(shapes) {
+			return nil, fmt.Errorf("%w: tensor %d: %d dimensions do not fit the %d shape values given", sdk.ErrInvalidArgument, i, nd, len(shapes))
+		}
+		t, err := tensorAt(ptrs[i], dtypes[i], append([]int64(nil), shapes[off:off+nd]...))
+		if err != nil {
+			return nil, fmt.Errorf("tensor %d: %w", i, err)
+		}
+		ts[i] = t
+		off += nd
+	}
+	return ts, nil
+}
+
+func reduceOpts(op int32, pre, post float64, name string) sdk.ReduceOptions {
+	return sdk.ReduceOptions{Op: sdk.ReduceOp(op), Prescale: pre, Postscale: post, Name: name}
+}
+
+func implAllreduceAsync(in, out unsafe.Pointer, dtype int32, shape []int64, op int32, pre, post float64, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensorAt(in, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	o, err := tensorAt(out, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.AllreduceIntoAsync(t, o, reduceOpts(op, pre, post, name)))
+}
+
+func implGroupedAllreduceAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, op int32, pre, post float64, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	ts, err := tensorsAt(ins, dtypes, ndims, shapes)
+	if err != nil {
+		return 0, err
+	}
+	os, err := tensorsAt(outs, dtypes, ndims, shapes)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.GroupedAllreduceIntoAsync(ts, os, reduceOpts(op, pre, post, name)))
+}
+
+func implAllgatherAsync(in unsafe.Pointer, dtype int32, shape []int64, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensorAt(in, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.AllgatherAsync(t, name))
+}
+
+func implGroupedAllgatherAsync(ins []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	ts, err := tensorsAt(ins, dtypes, ndims, shapes)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.GroupedAllgatherAsync(ts, name))
+}
+
+func implBroadcastAsync(in unsafe.Pointer, dtype int32, shape []int64, root, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensorAt(in, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.BroadcastAsync(t, int(root), name))
+}
+
+func implAlltoallAsync(in unsafe.Pointer, dtype int32, shape []int64, splits []int32, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensorAt(in, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.AlltoallAsync(t, splits, name))
+}
+
+func implReducescatterAsync(in unsafe.Pointer, dtype int32, shape []int64, op int32, pre, post float64, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensorAt(in, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.ReducescatterAsync(t, reduceOpts(op, pre, post, name)))
+}
+
+func implGroupedReducescatterAsync(ins []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, op int32, pre, post float64, set int32, name string) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	ts, err := tensorsAt(ins, dtypes, ndims, shapes)
+	if err != nil {
+		return 0, err
+	}
+	return addHandle(ps.GroupedReducescatterAsync(ts, reduceOpts(op, pre, post, name)))
+}
+
+func implBarrier(set int32) (int32, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	return 0, ps.Barrier()
+}
+
+func implJoin() (int32, error) {
+	w, err := sdk.Current()
+	if err != nil {
+		return 0, err
+	}
+	last, err := w.Join()
+	return int32(last), err
+}
+
+func implPoll(id int64) (int32, error) {
+	h, err := getHandle(id)
+	if err != nil {
+		return 0, err
+	}
+	return b2i(h.Poll()), nil
+}
+
+func implWait(id int64) (int32, error) {
+	h, err := getHandle(id)
+	if err != nil {
+		return 0, err
+	}
+	_, err = h.Wait()
+	return 0, err
+}
+
+// output returns output i of a completed op.
+func output(id int64, i int32) (sdk.Tensor, error) {
+	h, err := getHandle(id)
+	if err != nil {
+		return sdk.Tensor{}, err
+	}
+	if !h.Poll() {
+		return sdk.Tensor{}, fmt.Errorf("%w: handle %d has not completed: wait first", sdk.ErrInvalidArgument, id)
+	}
+	if _, err := h.Wait(); err != nil {
+		return sdk.Tensor{}, err
+	}
+	outs := h.Outputs()
+	if i < 0 || int(i) >= len(outs) {
+		return sdk.Tensor{}, fmt.Errorf("%w: handle %d has %d outputs, not %d", sdk.ErrInvalidArgument, id, len(outs), i+1)
+	}
+	return outs[i], nil
+}
+
+func implHandleNumOutputs(id int64) (int32, error) {
+	h, err := getHandle(id)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := h.Wait(); err != nil {
+		return 0, err
+	}
+	return int32(len(h.Outputs())), nil
+}
+
+func implHandleOutputShape(id int64, i int32, shape []int64) (int32, error) {
+	t, err := output(id, i)
+	if err != nil {
+		return 0, err
+	}
+	copy(shape, t.Shape)
+	return int32(len(t.Shape)), nil
+}
+
+func implHandleOutputCopy(id int64, i int32, dst unsafe.Pointer, nbytes int64) (int32, error) {
+	t, err := output(id, i)
+	if err != nil {
+		return 0, err
+	}
+	if int64(len(t.Data)) != nbytes {
+		return 0, fmt.Errorf("%w: output %d of handle %d has %d bytes, the destination %d", sdk.ErrInvalidArgument, i, id, len(t.Data), nbytes)
+	}
+	if nbytes > 0 {
+		if dst == nil {
+			return 0, fmt.Errorf("%w: null destination", sdk.ErrInvalidArgument)
+		}
+		copy(unsafe.Slice((*byte)(dst), nbytes), t.Data)
+	}
+	return 0, nil
+}
+
+func implHandleReceivedSplits(id int64, out []int32) (int32, error) {
+	if _, err := output(id, 0); err != nil {
+		return 0, err
+	}
+	h, _ := getHandle(id)
+	rs := h.ReceivedSplits()
+	copy(out, rs)
+	return int32(len(rs)), nil
+}
+
+func implRelease(id int64) (int32, error) {
+	handles.Lock()
+	defer handles.Unlock()
+	if _, ok := handles.m[id]; !ok {
+		return 0, fmt.Errorf("%w %d", errUnknownHandle, id)
+	}
+	delete(handles.m, id)
+	return 0, nil
+}
+
+func implStartTimeline(path string, markCycles bool) (int32, error) {
+	w, err := sdk.Current()
+	if err != nil {
+		return 0, err
+	}
+	return 0, w.StartTimeline(path, markCycles)
+}
+
+func implStopTimeline() (int32, error) {
+	w, err := sdk.Current()
+	if err != nil {
+		return 0, err
+	}
+	return 0, w.StopTimeline()
+}

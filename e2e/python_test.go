@@ -1,0 +1,133 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The Python package (hvd.torch) end to end: libhvd.so is built with
+// -buildmode=c-shared next to a copy of python/hvd in a temporary directory,
+// and the pytest suites run on every rank under hvdrun.
+
+const python = "/usr/bin/python3"
+
+var (
+	pyOnce sync.Once
+	pyDir  string // PYTHONPATH entry holding hvd/ and hvd/libhvd.so
+	pyErr  error
+	pySkip string
+)
+
+func pythonPackage(t *testing.T) string {
+	t.Helper()
+	pyOnce.Do(func() {
+		if out, err := exec.Command(python, "-c", "import torch, numpy, pytest").CombinedOutput(); err != nil {
+			pySkip = fmt.Sprintf("%s cannot import torch, numpy and pytest (apt-get install python3-torch python3-numpy python3-pytest; .ci/run does): %v: %s",
+				python, err, strings.TrimSpace(string(out)))
+			return
+		}
+		dir := filepath.Join(binDir, "python")
+		if pyErr = os.CopyFS(filepath.Join(dir, "hvd"), os.DirFS("../python/hvd")); pyErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", filepath.Join(dir, "hvd", "libhvd.so"), "../cmd/libhvd")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			pyErr = fmt.Errorf("building libhvd.so: %v\n%s", err, out)
+			return
+		}
+		pyDir = dir
+	})
+	if pySkip != "" {
+		t.Skip(pySkip)
+	}
+	if pyErr != nil {
+		t.Fatal(pyErr)
+	}
+	return pyDir
+}
+
+func pyEnv(pkg string, extra ...string) []string {
+	abs, _ := filepath.Abs("../python/tests")
+	return append([]string{"PYTHONPATH=" + pkg + ":" + abs, "PYTHONDONTWRITEBYTECODE=1"}, extra...)
+}
+
+var pytestArgs = []string{"-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest"}
+
+// checkPytest asserts that every rank ran the suite and nothing failed,
+// errored or was skipped.
+func checkPytest(t *testing.T, out string, code, np int) {
+	t.Helper()
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 120))
+	}
+	re := regexp.MustCompile(`\[(\d+)\]<stdout>:(\d+) passed in`)
+	ms := re.FindAllStringSubmatch(out, -1)
+	if len(ms) != np {
+		t.Fatalf("%d ranks reported a clean pytest summary, want %d:\n%s", len(ms), np, tail(out, 60))
+	}
+	for _, bad := range []string{" failed", " error", " skipped", " xfail"} {
+		if strings.Contains(out, bad) {
+			t.Fatalf("pytest reported %q:\n%s", bad, tail(out, 60))
+		}
+	}
+	t.Logf("%d ranks × %s tests passed", np, ms[0][2])
+}
+
+func TestPythonTorch(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 4*time.Minute, pyEnv(pkg), append(args, "../python/tests/test_torch.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
+// Dynamic sets run on the TCP backend: see python/tests/test_dynamic.py.
+func TestPythonDynamicSets(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_DYNAMIC=1", "HVD_BACKEND=tcp"), append(args, "../python/tests/test_dynamic.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
+// Loading: HVD_LIBRARY, version check, a second Go runtime, fork.
+func TestPythonLoader(t *testing.T) {
+	pkg := pythonPackage(t)
+	cmd := exec.Command(python, append(pytestArgs, "../python/tests/test_loader.py")...)
+	cmd.Env = append(os.Environ(), pyEnv(pkg, "HVD_TEST_NO_INIT=1")...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !regexp.MustCompile(`\d+ passed in`).Match(out) || strings.Contains(string(out), "skipped") {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+}
+
+func TestPythonExampleTrains(t *testing.T) {
+	pkg := pythonPackage(t)
+	out, code := hvdrun(t, 3*time.Minute, pyEnv(pkg), "-np", "2", python, "../examples/pytorch/train.py", "--epochs", "4")
+	if code != 0 || strings.Count(out, "parameters identical on all ranks") != 2 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	re := regexp.MustCompile(`epoch (\d+)  loss ([0-9.]+)`)
+	var losses []float64
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		f, _ := strconv.ParseFloat(m[2], 64)
+		losses = append(losses, f)
+	}
+	if len(losses) != 4 || !(losses[3] < losses[0]) {
+		t.Fatalf("loss did not fall over 4 epochs: %v\n%s", losses, out)
+	}
+}

@@ -1,0 +1,187 @@
+"""init, shutdown and the topology and capability queries
+(horovod.common.basics), on libhvd.so."""
+import atexit
+import numbers
+
+from hvd.common import _abi, loader
+
+_NOT_INIT = 'Horovod has not been initialized; use hvd.init().'
+
+# Topology, cached at init: constant until shutdown, and answerable in a
+# forked child without touching the Go runtime.
+_topology = None
+
+
+def _lib():
+    loader.load()
+    return _abi
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job, as horovod's hvd.init().
+
+    comm: None (the whole job). hvd does not use MPI: an mpi4py communicator
+    raises ValueError (as Horovod built without MPI does), and a list of ranks
+    (a subset of MPI_COMM_WORLD in Horovod) raises NotImplementedError unless
+    it names every rank.
+    process_sets: None; a list of ProcessSet (registered with ids 1, 2, ...
+    in order; every rank must pass the same list); or "dynamic" (enables
+    add_process_set/remove_process_set, as HOROVOD_DYNAMIC_PROCESS_SETS=1).
+    Calling init again while initialized registers nothing new; ProcessSet
+    objects passed again are mapped to the registered sets with their ranks.
+    """
+    from hvd.common import process_sets as _ps
+    global _topology
+    if loader.forked():
+        raise RuntimeError('hvd: init() in a forked child process; call it in the parent')
+    dynamic = False
+    if isinstance(process_sets, str):
+        if process_sets.lower() != 'dynamic':
+            raise ValueError('process_sets must be None, a list of ProcessSet, or "dynamic"; got %r' % process_sets)
+        dynamic, process_sets = True, None
+    sets = list(process_sets or [])
+    for i, s in enumerate(sets):
+        if not isinstance(s, _ps.ProcessSet):
+            raise ValueError('process_sets[%d] is %r, not a ProcessSet' % (i, s))
+        if s.mpi_comm is not None:
+            raise ValueError('process_sets[%d] is built from an MPI communicator; hvd is not built with MPI' % i)
+    if comm is not None and not isinstance(comm, (list, tuple)):
+        raise ValueError('hvd.init(comm=%r): mpi4py communicators need an MPI build; hvd does not use MPI' % (comm,))
+    lib = _lib()
+    if not lib.is_initialized():
+        flat, sizes = [], []
+        for s in sets:
+            flat.extend(s.ranks)
+            sizes.append(len(s.ranks))
+        lib.init(flat, sizes, dynamic)
+        atexit.register(shutdown)
+    _topology = {
+        'rank': lib.rank(), 'size': lib.size(), 'local_rank': lib.local_rank(), 'local_size': lib.local_size(),
+        'cross_rank': lib.cross_rank(), 'cross_size': lib.cross_size(), 'is_homogeneous': lib.is_homogeneous() == 1,
+    }
+    if comm:
+        if sorted(comm) != list(range(_topology['size'])):
+            raise NotImplementedError(
+                'hvd.init(comm=%r): selecting a subset of ranks needs MPI, which hvd does not use; start only '
+                'the ranks you need (hvdrun -np N)' % (list(comm),))
+    _ps._init_process_sets(sets)
+
+
+def shutdown():
+    """Leaves the job; pending ops fail with HorovodInternalError. A no-op
+    when not initialized (and in a forked child)."""
+    global _topology
+    from hvd.common import process_sets as _ps
+    if loader.forked() or loader._loaded is None:
+        return
+    _topology = None
+    _ps._shutdown_process_sets()
+    _abi.shutdown()
+
+
+def is_initialized():
+    if loader.forked():
+        return _topology is not None
+    return loader._loaded is not None and _abi.is_initialized() == 1
+
+
+def _query(key):
+    if _topology is None or (not loader.forked() and _abi.is_initialized() != 1):
+        raise ValueError(_NOT_INIT)
+    return _topology[key]
+
+
+def size():
+    """Number of processes in the job."""
+    return _query('size')
+
+
+def rank():
+    """This process's global rank."""
+    return _query('rank')
+
+
+def local_size():
+    """Number of processes on this host."""
+    return _query('local_size')
+
+
+def local_rank():
+    """This process's rank among the processes on its host."""
+    return _query('local_rank')
+
+
+def cross_size():
+    """Number of hosts that have a process with this local rank."""
+    return _query('cross_size')
+
+
+def cross_rank():
+    """This host's index among the hosts that have this local rank."""
+    return _query('cross_rank')
+
+
+def is_homogeneous():
+    """Whether every host runs the same number of processes."""
+    return _query('is_homogeneous')
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing a timeline to file_path (needs HOROVOD_TIMELINE=DYNAMIC)."""
+    _lib().start_timeline(file_path, mark_cycles)
+
+
+def stop_timeline():
+    """Stops the timeline started with start_timeline."""
+    _lib().stop_timeline()
+
+
+# Capabilities, answered truthfully: hvd's data plane is its own (TCP, in
+# Go); it is not MPI, Gloo, NCCL, DDL or oneCCL, and has no GPU support.
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    raise ValueError('Horovod MPI is not enabled: hvd does not use MPI.')
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def _as_rank_list(ranks):
+    out = []
+    for r in ranks:
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral):
+            raise ValueError('ProcessSet should be initialized with a list of process ranks or an mpi4py Comm object')
+        out.append(int(r))
+    return sorted(out)

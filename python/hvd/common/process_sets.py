@@ -1,0 +1,132 @@
+"""Process sets (horovod.common.process_sets)."""
+import collections.abc
+
+from hvd.common import _abi, basics
+
+
+class ProcessSet:
+    """A group of global ranks that runs collectives of its own.
+
+    ProcessSet(ranks) stores the ranks sorted; it gets a process_set_id when
+    registered (hvd.init(process_sets=[...]) or hvd.add_process_set). Like
+    Horovod's, it has no __eq__: objects compare by identity.
+    """
+
+    def __init__(self, ranks_or_comm):
+        self.process_set_id = None
+        self.ranks = None
+        self.mpi_comm = None
+        if isinstance(ranks_or_comm, collections.abc.Iterable) and not isinstance(ranks_or_comm, (str, bytes)):
+            self.ranks = basics._as_rank_list(ranks_or_comm)
+        else:
+            # An mpi4py communicator: accepted here, refused by init (no MPI).
+            self.mpi_comm = ranks_or_comm
+
+    def _invalidate(self):
+        self.process_set_id = None
+
+    def size(self):
+        """Number of ranks in the set; None while it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's rank inside the set; None while unregistered;
+        ValueError when this process is not a member."""
+        if self.process_set_id is None:
+            return None
+        r = basics.rank()
+        if r not in self.ranks:
+            raise ValueError('Process is not part of provided process set')
+        return self.ranks.index(r)
+
+    def included(self):
+        """Whether this process is a member (None when ranks are unknown)."""
+        if self.ranks is None:
+            return None
+        return basics.rank() in self.ranks
+
+    def __str__(self):
+        return 'ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)' % (self.process_set_id, self.ranks, self.mpi_comm)
+
+    __repr__ = __str__
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+# Every ProcessSet object registered in this process, by id (several
+# objects may name the same set: init() maps objects passed again).
+_id_to_process_sets = {0: [global_process_set]}
+
+
+def _set_id(process_set):
+    """The id to pass to the library (-1 for an unregistered set, which the
+    library reports as unknown)."""
+    if not isinstance(process_set, ProcessSet):
+        raise ValueError('process_set must be a ProcessSet, not %r' % (process_set,))
+    pid = process_set.process_set_id
+    return -1 if pid is None else pid
+
+
+def _registered():
+    """{sorted ranks tuple: id} of every set the library knows."""
+    return {tuple(_abi.process_set_ranks(i)): i for i in _abi.process_set_ids()}
+
+
+def _init_process_sets(process_set_list):
+    global_process_set.ranks = list(range(basics.size()))
+    known = _registered()
+    for ps in process_set_list:
+        key = tuple(ps.ranks)
+        if key not in known:
+            raise KeyError('process set %s is not registered (hvd was initialized with other process sets)' % ps)
+        ps.process_set_id = known[key]
+        _id_to_process_sets.setdefault(ps.process_set_id, []).append(ps)
+
+
+def _shutdown_process_sets():
+    for pid, objs in list(_id_to_process_sets.items()):
+        if pid != 0:
+            for ps in objs:
+                ps._invalidate()
+    _id_to_process_sets.clear()
+    _id_to_process_sets[0] = [global_process_set]
+    global_process_set.ranks = []
+
+
+def add_process_set(process_set):
+    """Registers a process set (dynamic mode). Collective: every process,
+    member or not, makes the same calls in the same order. Returns the
+    registered ProcessSet."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.mpi_comm is not None:
+        raise NotImplementedError('add_process_set with an MPI communicator: hvd is not built with MPI')
+    if process_set.process_set_id is not None:
+        raise ValueError('Attempted to add a process set that is already registered: %s' % process_set)
+    basics._lib()
+    pid = _abi.add_process_set(process_set.ranks)
+    process_set.process_set_id = pid
+    _id_to_process_sets.setdefault(pid, []).append(process_set)
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a process set (dynamic mode; collective). Returns True on
+    success, False when the set is not registered or is the global set.
+    Pending ops on it fail with HorovodInternalError."""
+    pid = process_set.process_set_id
+    if pid is None or pid == 0:
+        return False
+    process_set._invalidate()
+    for ps in _id_to_process_sets.pop(pid, []):
+        ps._invalidate()
+    try:
+        _abi.remove_process_set(pid)
+    except ValueError as e:
+        if getattr(e, 'hvd_code', None) == _abi.E_UNKNOWN_SET:
+            return False
+        raise
+    return True

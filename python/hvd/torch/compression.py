@@ -1,0 +1,53 @@
+"""Gradient compression (horovod.torch.compression)."""
+import torch
+
+
+class Compressor:
+    """Interface for compressing and decompressing a tensor."""
+
+    @staticmethod
+    def compress(tensor):
+        """Returns the tensor to send and a context for decompress."""
+        raise NotImplementedError
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        """Restores the tensor from its compressed form."""
+        raise NotImplementedError
+
+
+class NoneCompressor(Compressor):
+    """Sends tensors as they are."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(Compressor):
+    """Casts floating tensors to float16 for the collective and back after."""
+
+    @staticmethod
+    def compress(tensor):
+        tensor_compressed = tensor
+        if tensor.dtype.is_floating_point:
+            tensor_compressed = tensor.type(torch.float16)
+        return tensor_compressed, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        tensor_decompressed = tensor
+        dtype = ctx
+        if dtype.is_floating_point:
+            tensor_decompressed = tensor.type(dtype)
+        return tensor_decompressed
+
+
+class Compression:
+    """Optional gradient compression algorithms used during allreduce."""
+    none = NoneCompressor
+    fp16 = FP16Compressor

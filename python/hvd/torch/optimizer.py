@@ -1,0 +1,379 @@
+"""DistributedOptimizer (horovod.torch.optimizer)."""
+import os
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+from hvd.common.process_sets import global_process_set
+from hvd.torch.compression import Compression
+from hvd.torch.functions import broadcast_object
+from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
+                               sparse_allreduce_async, synchronize)
+
+
+def split_list(values, n):
+    """Splits values into n near-equal consecutive chunks."""
+    d, r = divmod(len(values), n)
+    return [values[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [('allreduce.noname.%s.%s' % (i, j), v)
+                                for i, param_group in enumerate(self.param_groups)
+                                for j, v in enumerate(param_group['params'])]
+        # make sure that named_parameters are tuples
+        if any([not isinstance(p, tuple) for p in named_parameters]):
+            raise ValueError('named_parameters should be a sequence of '
+                             'tuples (name, parameter), usually produced by '
+                             'model.named_parameters().')
+
+        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
+        if len(dups) > 0:
+            raise ValueError('Parameter names in named_parameters must be unique. '
+                             'Found duplicates: %s' % ', '.join(dups))
+
+        all_param_ids = {id(v) for param_group in self.param_groups for v in param_group['params']}
+        named_param_ids = {id(v) for k, v in named_parameters}
+        unnamed_param_ids = all_param_ids - named_param_ids
+        if len(unnamed_param_ids):
+            raise ValueError('named_parameters was specified, but one or more model '
+                             'parameters were not named. Python object ids: '
+                             '%s' % ', '.join(str(id) for id in unnamed_param_ids))
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+
+        if groups is not None:
+            if not (isinstance(groups, list) or groups > 0):
+                raise ValueError('groups should be a non-negative integer or '
+                                 'a list of list of torch.Tensor.')
+            if isinstance(groups, list):
+                grouped_parameter_ids = set()
+                for group in groups:
+                    for p in group:
+                        if not isinstance(p, torch.Tensor):
+                            raise ValueError('groups must consist of torch.Tensor.')
+                        if id(p) in grouped_parameter_ids:
+                            raise ValueError('A parameter can only appear once in groups.')
+                        grouped_parameter_ids.add(id(p))
+        self._groups = groups
+        self._p_to_group = {}
+        self._group_counts = {}
+
+        if self.process_set.included() and (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'):
+            self._register_hooks()
+
+    def load_state_dict(self, *args, **kwargs):
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    @staticmethod
+    def find_duplicates(lst):
+        seen = set()
+        dups = set()
+        for el in lst:
+            if el in seen:
+                dups.add(el)
+            seen.add(el)
+        return dups
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def _register_hooks(self):
+        if self._groups is not None:
+            p_list = []
+            # Get list of parameters with grads
+            for param_group in self.param_groups:
+                for p in param_group['params']:
+                    if p.requires_grad:
+                        p_list.append(p)
+
+            # To ensure parameter order and group formation is consistent, broadcast p_list order
+            # from rank 0 and use for every worker
+            p_list_names = [self._parameter_names.get(p) for p in p_list]
+            p_list_names = broadcast_object(p_list_names, root_rank=self.process_set.ranks[0],
+                                            name='DistributedOptimizer.groups', process_set=self.process_set)
+            p_list = sorted(p_list, key=lambda p: p_list_names.index(self._parameter_names.get(p)))
+
+            # Form groups
+            if isinstance(self._groups, list):
+                p_groups = []
+                grouped_id = set()
+                p_list_ids = [id(p) for p in p_list]
+                for group in self._groups:
+                    p_groups.append([p for p in group if id(p) in p_list_ids])
+                    for p in p_groups[-1]:
+                        grouped_id.add(id(p))
+                for p in p_list:
+                    if id(p) not in grouped_id:
+                        p_groups.append([p])
+            else:
+                p_groups = split_list(p_list, self._groups)
+
+            p_groups = [tuple(p) for p in p_groups if p]
+            for group in p_groups:
+                for p in group:
+                    self._p_to_group[p] = group
+                self._group_counts[group] = 0
+
+        for param_group in self.param_groups:
+            for p in param_group['params']:
+                if p.requires_grad:
+                    self._requires_update.add(p)
+                    p_tmp = p.expand_as(p)
+                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)
+
+    def _scales(self):
+        if self.op == Average:
+            # Split the average across pre/postscale; the engine divides
+            # the postscale by the set size for Average.
+            return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        return 1.0, 1.0
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Gradient was not computed, but we still need to submit a tensor to allreduce
+            # as one of the other ranks may have computed it (due to dynamic forward functions).
+            p.grad = p.data.new(p.size()).zero_()
+
+        name = self._parameter_names.get(p)
+        tensor = p.grad
+
+        if p.grad.is_sparse:
+            if self.sparse_as_dense:
+                tensor = tensor.to_dense()
+            else:
+                return self._sparse_allreduce_grad_async(p, name)
+
+        tensor_compressed, ctx = self._compression.compress(tensor)
+        prescale_factor, postscale_factor = self._scales()
+        handle = allreduce_async_(tensor_compressed, name=name, op=self.op, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor, process_set=self.process_set)
+        return handle, (ctx, tensor_compressed)
+
+    def _grouped_allreduce_grad_async(self, ps):
+        name = self._parameter_names.get(ps[0])
+        tensors = []
+        for p in ps:
+            if p.grad is None:
+                p.grad = p.data.new(p.size()).zero_()
+            g = p.grad.to_dense() if p.grad.is_sparse else p.grad
+            tensors.append(g)
+        compressed = [self._compression.compress(t) for t in tensors]
+        tensors_compressed = [c[0] for c in compressed]
+        ctxs = [(c[1], c[0]) for c in compressed]
+        prescale_factor, postscale_factor = self._scales()
+        handle = grouped_allreduce_async_(tensors_compressed, name=name, op=self.op,
+                                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                                          process_set=self.process_set)
+        return handle, ctxs
+
+    def _sparse_allreduce_grad_async(self, p, name):
+        handle = sparse_allreduce_async(p.grad, name=name, op=self.op, process_set=self.process_set)
+        return handle, None
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        'Gradients were computed more than '
+                        'backward_passes_per_step times before call '
+                        'to step(). Increase backward_passes_per_step to '
+                        'accumulate gradients locally.')
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                if self._groups is not None:
+                    group = self._p_to_group[p]
+                    self._group_counts[group] += 1
+                    if self._group_counts[group] == len(group):
+                        handle, ctxs = self._grouped_allreduce_grad_async(group)
+                        self._handles[group] = (handle, ctxs)
+                        # Remove any None entries from previous no-op hook calls
+                        for gp in group:
+                            self._handles.pop(gp, None)
+                        self._group_counts[group] = 0
+                        return
+                else:
+                    handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def _decompressed(self, p, output, ctx):
+        ctx, compressed = ctx
+        return self._compression.decompress(output, ctx)
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (launching the missing ones,
+        with zeros for parameters without a gradient, so that every rank
+        submits the same tensors) and writes the averaged gradients."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+
+        completed = set()
+        for x in self._handles.keys():
+            completed.update(x) if isinstance(x, tuple) else completed.add(x)
+        missing_p = self._requires_update - completed
+
+        if self._groups is not None:
+            # Launch whole groups for the parameters whose hook never fired.
+            launched = set()
+            for p in sorted(missing_p, key=lambda q: self._parameter_names.get(q)):
+                group = self._p_to_group[p]
+                if group in launched or group in self._handles:
+                    continue
+                launched.add(group)
+                handle, ctxs = self._grouped_allreduce_grad_async(group)
+                for gp in group:
+                    self._handles.pop(gp, None)
+                self._handles[group] = (handle, ctxs)
+                self._group_counts[group] = 0
+            for key in list(self._handles.keys()):
+                handle, _ = self._handles[key]
+                if not isinstance(key, tuple) and handle is None:
+                    group = self._p_to_group[key]
+                    if group in self._handles:
+                        self._handles.pop(key)
+                        continue
+                    handle, ctxs = self._grouped_allreduce_grad_async(group)
+                    for gp in group:
+                        self._handles.pop(gp, None)
+                    self._handles[group] = (handle, ctxs)
+                    self._group_counts[group] = 0
+        else:
+            for p in sorted(missing_p, key=lambda q: self._parameter_names.get(q)):
+                self._handles[p] = self._allreduce_grad_async(p)
+            for p, (handle, ctx) in list(self._handles.items()):
+                if handle is None:
+                    self._handles[p] = self._allreduce_grad_async(p)
+
+        for p, (handle, ctx) in self._handles.items():
+            if isinstance(p, tuple):
+                # A grouped result: unpack.
+                outputs = synchronize(handle)
+                for gp, output, gctx in zip(p, outputs, ctx):
+                    self._allreduce_delay[gp] = self.backward_passes_per_step
+                    out = self._decompressed(gp, output, gctx)
+                    if gp.grad.is_sparse:
+                        gp.grad = out.to_sparse()
+                    else:
+                        gp.grad.set_(out)
+            elif callable(handle):
+                # Sparse allreduce: the handle is a callable.
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                p.grad = handle()
+            else:
+                output = synchronize(handle)
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                out = self._decompressed(p, output, ctx)
+                if p.grad.is_sparse:
+                    # sparse_as_dense: back to sparse.
+                    p.grad = out.to_sparse()
+                else:
+                    p.grad.set_(out)
+        self._handles.clear()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """A context in which step() does not synchronize (because
+        synchronize() was called explicitly, e.g. to clip gradients)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn('optimizer.step() called without '
+                              'optimizer.skip_synchronize() context after '
+                              'optimizer.synchronize(). This can cause training '
+                              'slowdown. You may want to consider using '
+                              'optimizer.skip_synchronize() context if you use '
+                              'optimizer.synchronize() in your code.')
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError('optimizer.zero_grad() was called after loss.backward() '
+                                 'but before optimizer.step() or optimizer.synchronize(). '
+                                 'This is prohibited as it can cause a race condition.')
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=global_process_set):
+    """Wraps a torch optimizer so that step() averages gradients over the
+    process set first (allreduces launched from backward hooks as gradients
+    become ready, overlapping the backward pass).
+
+    named_parameters: model.named_parameters(), names the allreduces;
+    compression: Compression.none or Compression.fp16;
+    backward_passes_per_step: local gradient accumulation before allreduce;
+    op: Average (default) or Sum (Adasum: NotImplementedError);
+    gradient_predivide_factor: divide before the sum, multiply after (Average only);
+    groups: an int k (parameters split into k grouped allreduces) or a list of lists of parameters;
+    sparse_as_dense: allreduce sparse gradients as dense tensors;
+    process_set: reduce over this set only (non-members: synchronize is a no-op).
+    """
+    if gradient_predivide_factor != 1.0:
+        if rocm_built():
+            raise ValueError('gradient_predivide_factor not supported yet with ROCm')
+        if op != Average:
+            raise ValueError('gradient_predivide_factor not supported with op != Average')
+
+    if num_groups != 0:
+        warnings.warn('Parameter `num_groups` has been replaced by `groups` '
+                      'and will be removed in v0.23.0.', DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+
+    if backward_passes_per_step <= 0:
+        raise ValueError('backward_passes_per_step must be > 0')
+
+    if op == Adasum:
+        raise NotImplementedError('hvd: DistributedOptimizer(op=hvd.Adasum) is not implemented yet; '
+                                  'use op=hvd.Average')
+
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -1,0 +1,107 @@
+"""Loading libhvd.so, run as one plain process (no hvdrun):
+HVD_TEST_NO_INIT=1 python3 -m pytest python/tests/test_loader.py.
+Each case runs in a fresh interpreter."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ENV = dict(os.environ)
+ENV.pop('HVD_LIBRARY', None)
+for k in [k for k in ENV if k.startswith('HOROVOD_')]:
+    ENV.pop(k)
+
+
+def run(code, **env):
+    e = dict(ENV, **env)
+    p = subprocess.run([sys.executable, '-c', textwrap.dedent(code)], env=e, capture_output=True, text=True,
+                       timeout=120)
+    return p.returncode, p.stdout + p.stderr
+
+
+def lib_path():
+    import hvd.common.loader as loader
+    return loader.default_path()
+
+
+def test_single_process_job():
+    rc, out = run('''
+        import torch, hvd.torch as hvd
+        try:
+            hvd.rank()
+        except ValueError as e:
+            print('before init:', e)
+        hvd.init()
+        print('size', hvd.size(), 'rank', hvd.rank())
+        print('sum', hvd.allreduce(torch.ones(3), op=hvd.Sum).tolist())
+        hvd.shutdown()
+    ''')
+    assert rc == 0, out
+    assert 'before init: Horovod has not been initialized' in out
+    assert 'size 1 rank 0' in out and 'sum [1.0, 1.0, 1.0]' in out
+
+
+def test_missing_library():
+    rc, out = run('import hvd.torch', HVD_LIBRARY='/nonexistent/libhvd.so')
+    assert rc != 0 and 'ImportError' in out and 'libhvd.so not found at /nonexistent/libhvd.so' in out
+
+
+def test_abi_version_mismatch():
+    rc, out = run('''
+        import hvd.common._abi as abi
+        abi.ABI_VERSION = 999
+        import hvd.torch
+    ''')
+    assert rc != 0 and 'implements ABI version 1 but this hvd package expects version 999' in out
+
+
+def test_second_go_runtime_refused(tmp_path):
+    copy = str(tmp_path / 'libother.so')
+    shutil.copy(lib_path(), copy)
+    # another Go library first, then hvd
+    rc, out = run('''
+        import ctypes, sys
+        ctypes.CDLL(%r)
+        import hvd.torch
+    ''' % copy)
+    assert rc != 0 and 'another Go runtime is already loaded' in out and copy in out, out
+    # hvd first, then a second copy through the loader
+    rc, out = run('''
+        import hvd.torch
+        from hvd.common import loader
+        loader.load(%r)
+    ''' % copy)
+    assert rc != 0 and 'libhvd.so is already loaded from' in out, out
+
+
+def test_hvd_library_override(tmp_path):
+    copy = str(tmp_path / 'libhvd-copy.so')
+    shutil.copy(lib_path(), copy)
+    rc, out = run('''
+        import hvd.torch
+        from hvd.common import loader
+        print('loaded', loader._loaded[0])
+    ''', HVD_LIBRARY=copy)
+    assert rc == 0 and 'loaded ' + copy in out, out
+
+
+def test_fork_child_cannot_call_go():
+    rc, out = run('''
+        import os, torch, hvd.torch as hvd
+        hvd.init()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                hvd.allreduce(torch.ones(1))
+                os._exit(3)
+            except RuntimeError as e:
+                ok = 'forked' in str(e) and hvd.rank() == 0 and hvd.size() == 1
+                os._exit(0 if ok else 4)
+        _, status = os.waitpid(pid, 0)
+        print('child', os.waitstatus_to_exitcode(status))
+        print('parent', hvd.allreduce(torch.ones(1), op=hvd.Sum).item())
+    ''')
+    assert rc == 0 and 'child 0' in out and 'parent 1.0' in out, out

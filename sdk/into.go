@@ -1,0 +1,60 @@
+package sdk
+
+import (
+	"fmt"
+
+	"github.com/hvdorg/hvd/sdk/internal/engine"
+)
+
+// Collectives whose output is caller-owned memory (the C ABI's zero-copy
+// path: a framework allocates the output tensor, the engine writes it).
+
+// AllreduceIntoAsync enqueues an allreduce of t whose result is written into
+// out, which must have t's dtype and shape and may alias t (in place).
+// Neither t nor out may be touched until Wait returns. Compression is not
+// applied here (frameworks compress before calling).
+func (ps *ProcessSet) AllreduceIntoAsync(t, out Tensor, o ReduceOptions) (*Handle, error) {
+	const op = "allreduce"
+	if err := checkInto(op, t, out, o); err != nil {
+		return nil, err
+	}
+	return ps.enqueue(op, ps.reduceOp(engine.Allreduce, t, out, o, ps.fullName(op, o.Name)))
+}
+
+// GroupedAllreduceIntoAsync is GroupedAllreduceAsync with caller-owned
+// outputs (outs[i] for ts[i], same dtype and shape, may alias).
+func (ps *ProcessSet) GroupedAllreduceIntoAsync(ts, outs []Tensor, o ReduceOptions) (*Handle, error) {
+	const op = "grouped_allreduce"
+	if len(outs) != len(ts) {
+		return nil, fmt.Errorf("%w: %s: %d tensors but %d outputs", ErrInvalidArgument, op, len(ts), len(outs))
+	}
+	for k, t := range ts {
+		if err := checkInto(op, t, outs[k], o); err != nil {
+			return nil, fmt.Errorf("%w (tensor %d of %d)", err, k+1, len(ts))
+		}
+	}
+	next := 0 // grouped builds the ops in input order
+	return ps.grouped(op, o.Name, ts, func(string, Tensor) error { return nil },
+		func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor) {
+			out := outs[next]
+			next++
+			return ps.reduceOp(engine.Allreduce, t, out, o, name), nil
+		})
+}
+
+func checkInto(op string, t, out Tensor, o ReduceOptions) error {
+	if err := t.validate(op); err != nil {
+		return err
+	}
+	if err := out.validate(op + " output"); err != nil {
+		return err
+	}
+	if out.DType != t.DType || len(out.Data) != len(t.Data) {
+		return fmt.Errorf("%w: %s: the output (%v, %d bytes) does not match the input (%v, %d bytes)",
+			ErrInvalidArgument, op, out.DType, len(out.Data), t.DType, len(t.Data))
+	}
+	if o.Compression != CompressionNone {
+		return fmt.Errorf("%w: %s: compression is applied by the caller on this path", ErrInvalidArgument, op)
+	}
+	return o.check(op, t)
+}
