@@ -6,12 +6,13 @@
 # against size.
 #
 # Usage: bench/run_hvdbench.sh [--np N] [--sizes LIST] [--ops LIST] [--passes P]
-#                              [--backends LIST] [--out DIR] [--no-anchors] [--no-bind]
+#                              [--backends LIST] [--out DIR] [--no-anchors] [--bind]
 # Defaults: np 2, sizes 8,1K,64K,1M,16M,64M,256M, all five collectives,
 # backends shm,tcp, 3 passes, DIR = bench/results/tmp/run-<date>-<time>.
-# hvd's ranks are bound to cores (hvdrun --bind-to core) because mpirun binds
-# the MPI anchors' ranks to cores at np <= 2 (mpirun --report-bindings);
-# --no-bind measures hvdrun's default (unbound) instead.
+# hvd runs as hvdrun starts it by default (unbound); --bind adds
+# hvdrun --bind-to core, as mpirun binds the MPI anchors' ranks at np <= 2
+# (mpirun --report-bindings). Bound ranks cannot dodge other load on their
+# core, so on a shared 2-core VM binding makes hvd's numbers noisier.
 # Needs Go; the anchors need Debian's python3-torch, python3-mpi4py and
 # openmpi-bin (bench/anchors/README.md). Run it alone: 2-core machines.
 set -eu -o pipefail
@@ -23,7 +24,7 @@ passes=3
 out=""
 anchors=1
 backends=shm,tcp
-bind=(--bind-to core)
+bind=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --np) np=$2; shift 2 ;;
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --no-anchors) anchors=0; shift ;;
     --backends) backends=$2; shift 2 ;;
-    --no-bind) bind=(); shift ;;
+    --bind) bind=(--bind-to core); shift ;;
     *) echo "run_hvdbench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

@@ -202,6 +202,15 @@ func run(args []string, stdout io.Writer) error {
 	}
 	comm := w.GlobalProcessSet().Communicator()
 	b := &bench{o: o, c: comm, n: comm.Size(), me: comm.Rank()}
+	// Warm-up before the first size: the scheduler often starts two new
+	// processes on one core and takes some milliseconds to spread them; the
+	// first size would otherwise measure that, not the collective.
+	warm := make([]byte, 8)
+	for i := 0; i < 20000; i++ {
+		if err := comm.Allreduce(warm, backends.Float32, backends.Sum); err != nil {
+			return err
+		}
+	}
 	out := io.Discard
 	if b.me == 0 {
 		out = stdout
