@@ -99,6 +99,18 @@ func TestConformanceAsProcesses(t *testing.T) {
 	}
 }
 
+// Init, Shutdown and Init again in the same processes, on both data planes.
+func TestReinitInSameProcesses(t *testing.T) {
+	for _, backend := range []string{"auto", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			out, code := hvdrun(t, 2*time.Minute, []string{"HVD_BACKEND=" + backend}, "-np", "3", bin("hvdconform"), "reinit")
+			if code != 0 || strings.Count(out, "round 2 ok") != 3 {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 30))
+			}
+		})
+	}
+}
+
 // hvdrun --bind-to core: each rank on its own core (when there are enough).
 func TestBindToCore(t *testing.T) {
 	if runtime.NumCPU() < 2 {

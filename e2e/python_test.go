@@ -92,15 +92,17 @@ func TestPythonTorch(t *testing.T) {
 	}
 }
 
-// Dynamic sets run on the TCP backend: see python/tests/test_dynamic.py.
+// Dynamic sets, on shared memory (the default here) and on TCP.
 func TestPythonDynamicSets(t *testing.T) {
 	pkg := pythonPackage(t)
-	for _, np := range []int{2, 3} {
-		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
-			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
-			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_DYNAMIC=1", "HVD_BACKEND=tcp"), append(args, "../python/tests/test_dynamic.py")...)
-			checkPytest(t, out, code, np)
-		})
+	for _, backend := range []string{"auto", "tcp"} {
+		for _, np := range []int{2, 3} {
+			t.Run(backend+"/np"+strconv.Itoa(np), func(t *testing.T) {
+				args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+				out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_DYNAMIC=1", "HVD_BACKEND="+backend), append(args, "../python/tests/test_dynamic.py")...)
+				checkPytest(t, out, code, np)
+			})
+		}
 	}
 }
 

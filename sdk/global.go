@@ -11,6 +11,9 @@ var (
 	current  *World
 )
 
+// inits counts successful Inits in this process (Config.Generation).
+var inits int
+
 // Init joins the job as the process-wide World (see Start). Calling Init
 // again while initialised is harmless and changes nothing (new process sets
 // are not registered, as in Horovod); Init after Shutdown starts a new World
@@ -21,10 +24,14 @@ func Init(cfg Config) error {
 	if current != nil {
 		return nil
 	}
+	if cfg.Generation == 0 {
+		cfg.Generation = inits
+	}
 	w, err := Start(context.Background(), cfg)
 	if err != nil {
 		return err
 	}
+	inits++
 	current = w
 	return nil
 }

@@ -45,6 +45,11 @@ type Config struct {
 	// Store, when set, replaces the rendezvous store (tests run several
 	// ranks in one process on a shared backends.MemStore).
 	Store backends.Store
+	// Generation tells apart successive Inits of one job in the same
+	// processes (shutdown, then init again): their store keys must not
+	// meet. Every rank must pass the same value; package-level Init counts
+	// its own calls.
+	Generation int
 	// HostKey, when set, replaces the host identity used to compute local
 	// and cross ranks (tests fake several hosts in one machine).
 	HostKey string
@@ -232,7 +237,7 @@ func (w *World) connectStore() error {
 	id := w.id
 	switch {
 	case w.cfg.Store != nil:
-		w.store = prefixedStore{w.cfg.Store, fmt.Sprintf("e%d/", id.Epoch)}
+		w.store = prefixedStore{w.cfg.Store, fmt.Sprintf("e%d.g%d/", id.Epoch, w.cfg.Generation)}
 		return nil
 	case id.StoreAddr == "" && id.Size == 1:
 		w.store = backends.NewMemStore()
@@ -254,7 +259,11 @@ func (w *World) connectStore() error {
 		w.server = srv
 	}
 	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: id.Timeout})
-	w.store = w.client.Store("hvd")
+	scope := "hvd"
+	if w.cfg.Generation > 0 {
+		scope += ".g" + strconv.Itoa(w.cfg.Generation)
+	}
+	w.store = w.client.Store(scope)
 	return nil
 }
 

@@ -38,6 +38,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "engine" {
 		os.Exit(engineScenarios())
 	}
+	if len(os.Args) > 1 && os.Args[1] == "reinit" {
+		os.Exit(reinit())
+	}
 	quick := flag.Bool("quick", false, "small element counts only (0, 1, 7, 1001)")
 	flag.Parse()
 	os.Exit(conform(*quick))
@@ -131,4 +134,29 @@ func fault() int {
 			fmt.Println("running") // the test kills a rank once every rank got here
 		}
 	}
+}
+
+// reinit: Init, allreduce, Shutdown, three times in the same processes
+// (elastic resets do this): every round must rendezvous afresh.
+func reinit() int {
+	for round := 0; round < 3; round++ {
+		if err := sdk.Init(sdk.Config{}); err != nil {
+			fmt.Fprintf(os.Stderr, "round %d: init: %v\n", round, err)
+			return 1
+		}
+		w, _ := sdk.Current()
+		v := []float32{float32(w.Rank() + 1)}
+		if err := w.GlobalProcessSet().AllreduceInPlace(sdk.TensorOf(v), sdk.ReduceOptions{Op: sdk.Sum}); err != nil {
+			fmt.Fprintf(os.Stderr, "round %d: allreduce: %v\n", round, err)
+			return 1
+		}
+		n := float32(w.Size())
+		if v[0] != n*(n+1)/2 {
+			fmt.Fprintf(os.Stderr, "round %d: got %v\n", round, v[0])
+			return 1
+		}
+		sdk.Shutdown()
+		fmt.Printf("round %d ok\n", round)
+	}
+	return 0
 }

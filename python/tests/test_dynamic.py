@@ -1,11 +1,7 @@
 """Dynamic process sets (hvd.init(process_sets="dynamic")); run under
 hvdrun with HVD_TEST_DYNAMIC=1 so that conftest initializes in dynamic mode.
-Tests run in order; the last one shuts hvd down.
-
-Not covered here, because the SDK fails on it today (see docs/python.md,
-known issues): adding a set after a removal (the freed id is reused and the
-new set's rendezvous meets the old one's), and dynamic sets on the shm
-backend with 3 ranks. The e2e test runs this file with HVD_BACKEND=tcp."""
+Tests run in order; the last one shuts hvd down. The e2e test runs this
+file on the default data plane (shared memory) and on HVD_BACKEND=tcp."""
 import os
 
 import pytest
@@ -65,6 +61,23 @@ def test_remove_fails_pending_ops():
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(1), process_set=ps)
     assert hvd.remove_process_set(_sets['zero']) is True
+
+
+def test_readd_after_remove():
+    # Freed ids are reused oldest first (1 and 2 are free here, so they
+    # alternate) and the same ranks come back under the same id: each build
+    # must get fresh communicators (not the removed set's).
+    seen = set()
+    for i in range(6):
+        ranks = PAIR if i % 2 == 0 else [0]
+        ps = hvd.add_process_set(ranks)
+        assert ps.process_set_id in (1, 2)
+        seen.add((ps.process_set_id, tuple(ps.ranks)))
+        if ps.included():
+            out = hvd.allreduce(torch.tensor([float(R + 1)]), op=hvd.Sum, process_set=ps)
+            assert out.item() == sum(r + 1 for r in ps.ranks)
+        assert hvd.remove_process_set(ps) is True
+    assert len(seen) == 2  # each (id, ranks) pair was built three times
 
 
 def test_zz_shutdown():
