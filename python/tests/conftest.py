@@ -1,13 +1,16 @@
 """Shared setup for the hvd.torch suites, which run on every rank under
 hvdrun (bin/hvdrun -np N python3 -m pytest python/tests/test_torch.py).
-Every rank runs the same tests in the same order."""
+Every rank runs the same tests in the same order. HVD_TEST_FRAMEWORK picks
+the package that initializes (torch, the default, or numpy: test_numpy.py
+runs without torch)."""
+import importlib
 import os
 import sys
 
 import pytest
 
 if os.environ.get('HVD_TEST_NO_INIT') != '1':
-    import hvd.torch as hvd
+    hvd = importlib.import_module('hvd.' + os.environ.get('HVD_TEST_FRAMEWORK', 'torch'))
 
     EVEN = hvd.ProcessSet(range(0, int(os.environ.get('HOROVOD_SIZE', '1')), 2))
     ODD = hvd.ProcessSet(range(1, int(os.environ.get('HOROVOD_SIZE', '1')), 2))

@@ -1,0 +1,297 @@
+package spec
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+var (
+	projectRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
+	dottedRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+	identRE   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	factoryRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// pythonKeywords cannot be keyword-argument names.
+var pythonKeywords = strings.Fields(`False None True and as assert async await break class continue def del
+	elif else except finally for from global if import in is lambda nonlocal not or pass raise return try
+	while with yield`)
+
+// Validate checks a Spec built in Go (Marshal calls it; Parse has already
+// checked what it returns). The error is an ErrorList; positions are those
+// Parse recorded, none for a Spec built in Go.
+func (s *Spec) Validate() error { return s.check().sorted() }
+
+// applyDefaults fills the keys that were absent (not those given with a bad
+// value: those are reported).
+func (s *Spec) applyDefaults() {
+	absent := func(path string) bool { _, given := s.pos[path]; return !given }
+	if s.Go == nil && s.Has(GenGoBindings) {
+		s.Go = &GoConfig{}
+	}
+	if s.Go != nil {
+		if absent("go.package") {
+			s.Go.Package = DefaultGoPackage
+		}
+		if absent("go.output") {
+			s.Go.Output = DefaultGoOutput
+		}
+	}
+	if pl := s.Parallel; pl != nil {
+		if absent("parallel.data_parallel") {
+			pl.DataParallel = DefaultDataParallel
+		}
+		if absent("parallel.micro_batches") {
+			pl.MicroBatches = DefaultMicroBatches
+		}
+		if absent("parallel.schedule") {
+			pl.Schedule = DefaultSchedule
+		}
+	}
+}
+
+type checker struct {
+	s    *Spec
+	errs ErrorList
+}
+
+// errf reports a problem at path unless the parser already reported that
+// path (or one it depends on) as unreadable.
+func (c *checker) errf(path string, format string, args ...any) {
+	if c.s.bad[path] {
+		return
+	}
+	c.errs = append(c.errs, c.s.errorNear(path, fmt.Sprintf(format, args...)))
+}
+
+// errorNear positions an error at path or, when path was not in the file,
+// at its nearest enclosing key that was.
+func (s *Spec) errorNear(path, msg string) *Error {
+	e := &Error{File: s.file, Path: path, Msg: msg}
+	for at := path; ; {
+		if p, ok := s.pos[at]; ok {
+			e.Line, e.Column = p.Line, p.Column
+			return e
+		}
+		if at == "" {
+			return e
+		}
+		if i := strings.LastIndexAny(at, ".["); i >= 0 {
+			at = at[:i]
+		} else {
+			at = ""
+		}
+	}
+}
+
+func names[T ~string](vs []T) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return strings.Join(out, ", ")
+}
+
+func didYouMean[T ~string](got string, options []T) string {
+	opts := make([]string, len(options))
+	for i, o := range options {
+		opts[i] = string(o)
+	}
+	if s := suggest(got, opts); s != "" {
+		return fmt.Sprintf(" (did you mean %q?)", s)
+	}
+	return ""
+}
+
+func (s *Spec) check() ErrorList {
+	c := &checker{s: s}
+	if s.Version != Version {
+		c.errf("version", "expected %d (the only spec version this hvdgen reads), got %d", Version, s.Version)
+	}
+	if !projectRE.MatchString(s.Project) || len(s.Project) > 100 {
+		c.errf("project", "expected %s, got %q", wantProject, s.Project)
+	}
+	if !slices.Contains(Frameworks, s.Framework) {
+		c.errf("framework", "expected one of %s, got %q%s", names(Frameworks), s.Framework, didYouMean(string(s.Framework), Frameworks))
+	}
+	c.generate()
+	if g := s.Go; g != nil {
+		if g.Package == "" || strings.ContainsAny(g.Package, " \t\r\n") {
+			c.errf("go.package", "expected %s, got %q", wantGoPackage, g.Package)
+		}
+		switch o := g.Output; {
+		case o == "" || strings.ContainsAny(o, `/\`) || !strings.HasSuffix(o, ".go") || len(o) == len(".go"):
+			c.errf("go.output", "expected a Go file name such as %s (written in each package's directory), got %q", DefaultGoOutput, o)
+		case strings.HasSuffix(o, "_test.go"):
+			c.errf("go.output", "%q is a test file, which `go build` leaves out; use a name such as %s", o, DefaultGoOutput)
+		case o[0] == '_' || o[0] == '.':
+			c.errf("go.output", "the go command ignores files whose names start with %q; use a name such as %s", o[:1], DefaultGoOutput)
+		}
+	}
+	switch {
+	case s.Model != nil && s.Parallel == nil:
+		c.errf("model", "a model needs a parallel section (stages, data_parallel, micro_batches, schedule) to be split")
+	case s.Model == nil && s.Parallel != nil:
+		c.errf("parallel", "a parallel layout needs a model section (the layers to split)")
+	}
+	c.model()
+	c.parallel()
+	return c.errs
+}
+
+func (c *checker) generate() {
+	s := c.s
+	seen := map[string]bool{}
+	for i, g := range s.Generate {
+		path := fmt.Sprintf("generate[%d]", i)
+		switch {
+		case !slices.Contains(Generators, g):
+			c.errf(path, "unknown generator %q%s: expected one of %s", g, didYouMean(g, Generators), names(Generators))
+			continue
+		case seen[g]:
+			c.errf(path, "generator %q is listed twice", g)
+			continue
+		}
+		seen[g] = true
+		if s.bad["framework"] || !slices.Contains(Frameworks, s.Framework) {
+			continue
+		}
+		switch g {
+		case GenBindings:
+			if !s.Framework.Python() {
+				c.errf(path, "bindings writes the hvd Python package for pytorch, tensorflow or mxnet; a %s project uses go-bindings", s.Framework)
+			}
+		case GenSplit:
+			if !s.Framework.Python() {
+				c.errf(path, "split generates pytorch, tensorflow or mxnet code; it is not available for %s", s.Framework)
+			} else if s.Model == nil || s.Parallel == nil {
+				c.errf(path, "split needs the model and parallel sections")
+			}
+		}
+	}
+}
+
+func (c *checker) model() {
+	m := c.s.Model
+	if m == nil || c.s.bad["model"] || c.s.bad["model.*"] {
+		return
+	}
+	hasLayers := m.Layers != nil || c.s.bad["model.layers"]
+	if _, ok := c.s.pos["model.layers"]; ok {
+		hasLayers = true
+	}
+	hasFactory := m.Factory != "" || c.s.bad["model.factory"]
+	if _, ok := c.s.pos["model.factory"]; ok {
+		hasFactory = true
+	}
+	switch {
+	case hasLayers && hasFactory:
+		c.errf("model.factory", "a model has layers or a factory, not both")
+	case !hasLayers && !hasFactory:
+		c.errf("model", "expected layers (a list) or factory (module:function)")
+	case hasFactory:
+		if !factoryRE.MatchString(m.Factory) {
+			c.errf("model.factory", "expected %s, got %q", wantFactory, m.Factory)
+		}
+	case len(m.Layers) == 0:
+		c.errf("model.layers", "expected at least one layer")
+	}
+	for i, l := range m.Layers {
+		lp := fmt.Sprintf("model.layers[%d]", i)
+		if c.s.bad[lp] {
+			continue
+		}
+		if !dottedRE.MatchString(l.Type) {
+			c.errf(lp+".type", "expected %s, got %q", wantType, l.Type)
+		}
+		names := map[string]bool{}
+		for _, a := range l.Args {
+			ap := lp + ".args." + a.Name
+			switch {
+			case !identRE.MatchString(a.Name) || slices.Contains(pythonKeywords, a.Name):
+				c.errAt(ap+"#name", ap, "%q cannot be a keyword argument name: expected a Python identifier", a.Name)
+			case names[a.Name]:
+				c.errf(ap, "duplicate argument %q", a.Name)
+			}
+			names[a.Name] = true
+			if msg := checkArg(a.Value, 0); msg != "" {
+				c.errf(ap, "%s", msg)
+			}
+		}
+		if l.Cost != nil && (!(*l.Cost >= 0) || math.IsInf(*l.Cost, 0)) {
+			c.errf(lp+".cost", "expected %s, got %v", wantCost, *l.Cost)
+		}
+		if l.Params != nil && *l.Params < 0 {
+			c.errf(lp+".params", "expected %s, got %d", wantParams, *l.Params)
+		}
+	}
+}
+
+// errAt is errf for an error positioned at posPath but about path.
+func (c *checker) errAt(posPath, path, format string, args ...any) {
+	if c.s.bad[path] {
+		return
+	}
+	e := c.s.errorNear(path, fmt.Sprintf(format, args...))
+	if p, ok := c.s.pos[posPath]; ok {
+		e.Line, e.Column = p.Line, p.Column
+	}
+	c.errs = append(c.errs, e)
+}
+
+// checkArg checks a value built in Go (Parse only produces valid ones).
+func checkArg(v any, depth int) string {
+	switch v := v.(type) {
+	case nil, bool, int64, string:
+		return ""
+	case float64:
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return fmt.Sprintf("expected a finite number, got %v", v)
+		}
+		return ""
+	case []any:
+		if depth >= MaxArgDepth {
+			return fmt.Sprintf("lists nest at most %d deep", MaxArgDepth)
+		}
+		for _, e := range v {
+			if msg := checkArg(e, depth+1); msg != "" {
+				return msg
+			}
+		}
+		return ""
+	}
+	return fmt.Sprintf("expected %s, got a Go %T", wantArg, v)
+}
+
+func (c *checker) parallel() {
+	pl := c.s.Parallel
+	if pl == nil || c.s.bad["parallel"] {
+		return
+	}
+	inRange := func(path string, v, max int, what string) bool {
+		if v < 1 || v > max {
+			if v < 1 {
+				c.errf(path, "expected %s, got %d", wantPositive, v)
+			} else {
+				c.errf(path, "%d %s is more than the %d this hvdgen supports", v, what, max)
+			}
+			return false
+		}
+		return !c.s.bad[path]
+	}
+	okP := inRange("parallel.stages", pl.Stages, MaxStages, "stages")
+	okD := inRange("parallel.data_parallel", pl.DataParallel, MaxDataParallel, "data-parallel replicas")
+	inRange("parallel.micro_batches", pl.MicroBatches, MaxMicroBatches, "micro-batches")
+	if !slices.Contains(Schedules, pl.Schedule) {
+		c.errf("parallel.schedule", "expected %s, got %q%s", wantSchedule, pl.Schedule, didYouMean(string(pl.Schedule), Schedules))
+	}
+	if okP && okD && pl.Stages*pl.DataParallel > MaxRanks {
+		c.errf("parallel.data_parallel", "stages × data_parallel = %d ranks is more than the %d this hvdgen supports", pl.Stages*pl.DataParallel, MaxRanks)
+	}
+	if m := c.s.Model; okP && m != nil && len(m.Layers) > 0 && pl.Stages > len(m.Layers) && !c.s.bad["model.layers"] {
+		c.errf("parallel.stages", "%d stages but the model has %d layers: every stage needs at least one layer", pl.Stages, len(m.Layers))
+	}
+}
