@@ -5,7 +5,7 @@ BIN     := bin
 NP      ?= 3
 PYNP    ?= 2
 
-.PHONY: all build run run-go python generate check-generated torch test test-short race vet bench bench-python anchors clean
+.PHONY: all build run run-go python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
@@ -36,6 +36,27 @@ python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC)
 $(PYBUILD)/hvd/libhvd.so: $(shell find cmd/libhvd sdk backends -name '*.go' -not -name '*_test.go') go.mod
 	mkdir -p $(PYBUILD)/hvd
 	$(GO) build -buildmode=c-shared -o $@ ./cmd/libhvd
+
+# hvdgen, the framework plugins, libhvd.so and SHA256SUMS in bin/: what
+# `hvdgen plugin install <framework>` expects next to itself.
+PLUGINS := pytorch tensorflow mxnet
+plugins: $(PYBUILD)/hvd/libhvd.so
+	mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/hvdgen ./cmd/hvdgen
+	for p in $(PLUGINS); do $(GO) build -o $(BIN)/hvd-plugin-$$p ./plugins/$$p || exit 1; done
+	cp $(PYBUILD)/hvd/libhvd.so $(BIN)/libhvd.so
+	cd $(BIN) && sha256sum $(addprefix hvd-plugin-,$(PLUGINS)) > SHA256SUMS
+
+# Regenerate sdk/plugin/internal/pb from sdk/plugin/proto/adapter.proto
+# (needs protoc: apt-get install protobuf-compiler; the Go generators are
+# pinned as tools in go.mod). sdk/plugin's tests check the result is fresh.
+PROTO_TOOLS := build/tools
+proto:
+	$(GO) build -o $(PROTO_TOOLS)/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
+	cd sdk/plugin && protoc --plugin=protoc-gen-go=../../$(PROTO_TOOLS)/protoc-gen-go \
+	  --plugin=protoc-gen-go-grpc=../../$(PROTO_TOOLS)/protoc-gen-go-grpc -I proto \
+	  --go_out=internal/pb --go_opt=paths=source_relative \
+	  --go-grpc_out=internal/pb --go-grpc_opt=paths=source_relative adapter.proto
 
 # Debian's PyTorch for /usr/bin/python3, when missing.
 torch:

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// End to end: a real libhvd.so, a fresh virtualenv, pip, hvdrun, and the
+// scaffolds of `hvdgen init` trained on 2 processes.
+
+const systemPython = "/usr/bin/python3"
+
+var (
+	buildOnce sync.Once
+	buildDir  string // holds libhvd.so and hvdrun
+	buildErr  error
+)
+
+// realBuild builds libhvd.so (c-shared) and hvdrun once.
+func realBuild(t *testing.T) (lib, hvdrun string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("SKIPPED with -short: builds libhvd.so and runs training jobs")
+	}
+	buildOnce.Do(func() {
+		buildDir = filepath.Join(pluginDirForTests, "real")
+		for _, args := range [][]string{
+			{"build", "-buildmode=c-shared", "-o", filepath.Join(buildDir, "libhvd.so"), "../libhvd"},
+			{"build", "-o", filepath.Join(buildDir, "hvdrun"), "../hvdrun"},
+		} {
+			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go %v: %v\n%s", args, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "libhvd.so"), filepath.Join(buildDir, "hvdrun")
+}
+
+// needTorch skips unless /usr/bin/python3 imports torch (Debian's
+// python3-torch; .ci/run installs it).
+func needTorch(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command(systemPython, "-c", "import torch").CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED, NOT RUN: %s cannot import torch (apt-get install python3-torch): %v %s", systemPython, err, bytes.TrimSpace(out))
+	}
+}
+
+func cmdOut(t *testing.T, timeout time.Duration, dir string, env []string, name string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v did not finish within %v:\n%s", name, args, timeout, out)
+	}
+	return string(out), err
+}
+
+// hvdgen plugin install pytorch into a fresh virtualenv; import hvd.torch
+// there; pip sees it, and pip uninstall removes it.
+func TestInstallIntoVirtualenv(t *testing.T) {
+	needTorch(t)
+	lib, _ := realBuild(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(systemPython, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED, NOT RUN: cannot create a virtualenv (apt-get install python3-venv): %v %s", err, out)
+	}
+	py := filepath.Join(venv, "bin", "python")
+	out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--python", py, "pytorch")
+	if code != 0 {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !regexp.MustCompile(`found torch \d+\.\d+`).MatchString(errOut) {
+		t.Errorf("no probe result in progress output:\n%s", errOut)
+	}
+	site, err := exec.Command(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sitePkgs := strings.TrimSpace(string(site))
+	if !strings.HasPrefix(sitePkgs, venv) {
+		t.Fatalf("venv site-packages %s is outside %s", sitePkgs, venv)
+	}
+
+	got, err := cmdOut(t, time.Minute, "", []string{"PYTHONPATH="}, py, "-c",
+		"import hvd.torch as hvd, torch; hvd.init(); print('size', hvd.size(), 'rank', hvd.rank(), 'from', hvd.__file__);"+
+			"print('sum', hvd.allreduce(torch.ones(3), op=hvd.Sum).tolist()); hvd.shutdown()")
+	if err != nil || !strings.Contains(got, "size 1 rank 0 from "+sitePkgs+"/hvd/") || !strings.Contains(got, "sum [1.0, 1.0, 1.0]") {
+		t.Fatalf("import hvd.torch in the venv: %v\n%s", err, got)
+	}
+	// The system interpreter does not see it.
+	if out, err := exec.Command(systemPython, "-c", "import hvd").CombinedOutput(); err == nil {
+		t.Fatalf("hvd leaked into the system interpreter: %s", out)
+	}
+
+	got, err = cmdOut(t, time.Minute, "", nil, py, "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check")
+	if err != nil || !strings.Contains(got, "hvd==0.1.0") {
+		t.Fatalf("pip list: %v\n%s", err, got)
+	}
+	got, err = cmdOut(t, time.Minute, "", nil, py, "-m", "pip", "show", "-f", "hvd")
+	if err != nil || !strings.Contains(got, "Location: "+sitePkgs) || !strings.Contains(got, "hvd/plugins/hvd-plugin-pytorch") {
+		t.Fatalf("pip show: %v\n%s", err, got)
+	}
+
+	out, _, code = run(t, "plugin", "verify", "--python", py)
+	if code != 0 {
+		t.Fatalf("verify after import (with __pycache__ written): exit %d\n%s", code, out)
+	}
+	out, _, code = run(t, "plugin", "list", "--plugin-dir", pluginDirForTests, "--python", py)
+	if row := lineWith(out, "  pytorch "); code != 0 || !strings.Contains(row, "1.13") && !strings.Contains(row, "2.") || !strings.HasSuffix(strings.TrimSpace(row), "ok") {
+		t.Fatalf("list: exit %d\n%s", code, out)
+	}
+
+	got, err = cmdOut(t, time.Minute, "", nil, py, "-m", "pip", "uninstall", "-y", "hvd")
+	if err != nil || !strings.Contains(got, "Successfully uninstalled hvd-0.1.0") {
+		t.Fatalf("pip uninstall: %v\n%s", err, got)
+	}
+	for _, p := range []string{"hvd", "hvd-0.1.0.dist-info"} {
+		if _, err := os.Stat(filepath.Join(sitePkgs, p)); !os.IsNotExist(err) {
+			left := []string{}
+			filepath.Walk(filepath.Join(sitePkgs, p), func(p string, _ os.FileInfo, _ error) error { left = append(left, p); return nil })
+			t.Fatalf("pip uninstall left %s: %v", p, left)
+		}
+	}
+}
+
+// The PyTorch scaffold trains on 2 processes with `make run`, against an
+// hvd installed by hvdgen into a --target directory.
+func TestInitPyTorchTrainsUnderHvdrun(t *testing.T) {
+	needTorch(t)
+	lib, hvdrun := realBuild(t)
+	site := t.TempDir()
+	if out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--target", site, "pytorch"); code != 0 {
+		t.Fatalf("install: %d\n%s\n%s", code, out, errOut)
+	}
+	dir := filepath.Join(t.TempDir(), "torchproj")
+	if out, errOut, code := run(t, "init", "--framework", "pytorch", dir); code != 0 {
+		t.Fatalf("init: %d\n%s\n%s", code, out, errOut)
+	}
+	out, err := cmdOut(t, 4*time.Minute, dir, []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"},
+		"make", "run", "HVDRUN="+hvdrun, "PYTHON="+systemPython)
+	if err != nil {
+		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	checkTrained(t, out, `epoch (\d+)  loss ([0-9.]+)`, "parameters identical on all 2 ranks")
+}
+
+// The Go scaffold builds against this checkout (replace directive) and
+// trains on 2 processes with `make run`.
+func TestInitGoTrainsUnderHvdrun(t *testing.T) {
+	_, hvdrun := realBuild(t)
+	dir := filepath.Join(t.TempDir(), "goproj")
+	if out, errOut, code := run(t, "init", "--framework", "go", "--hvd-replace", "../..", dir); code != 0 {
+		t.Fatalf("init: %d\n%s\n%s", code, out, errOut)
+	}
+	out, err := cmdOut(t, 5*time.Minute, dir, nil, "make", "run", "HVDRUN="+hvdrun)
+	if err != nil {
+		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	checkTrained(t, out, `step +(\d+)  loss ([0-9.]+)`, "parameters identical on all 2 ranks")
+}
+
+// checkTrained asserts a falling loss and both ranks' final check.
+func checkTrained(t *testing.T, out, lossRE, final string) {
+	t.Helper()
+	if n := strings.Count(out, final); n != 2 {
+		t.Fatalf("%d ranks printed %q, want 2:\n%s", n, final, out)
+	}
+	var losses []float64
+	for _, m := range regexp.MustCompile(lossRE).FindAllStringSubmatch(out, -1) {
+		f, _ := strconv.ParseFloat(m[2], 64)
+		losses = append(losses, f)
+	}
+	if len(losses) < 2 || !(losses[len(losses)-1] < losses[0]) {
+		t.Fatalf("loss did not fall: %v\n%s", losses, out)
+	}
+	t.Logf("losses %v", losses)
+}

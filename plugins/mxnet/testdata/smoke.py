@@ -1,0 +1,89 @@
+"""hvd.mxnet on a stand-in mxnet (testdata/fakemx), under hvdrun -np 2:
+the generated glue through hvd.numpy and the engine, checked on every rank."""
+import numpy as np
+
+import mxnet as mx
+import hvd.mxnet as hvd
+
+ps0 = hvd.ProcessSet([0])
+hvd.init(process_sets=[ps0])
+r, n = hvd.rank(), hvd.size()
+base = np.arange(6, dtype=np.float32).reshape(2, 3)
+x = mx.nd.array(base + r)
+
+avg = hvd.allreduce(x, name='avg')  # average=True is MXNet's default
+assert np.allclose(avg.asnumpy(), base + (n - 1) / 2), avg.asnumpy()
+s = hvd.allreduce(x, average=False, name='sum', priority=5)
+assert np.allclose(s.asnumpy(), n * base + sum(range(n))), s.asnumpy()
+assert np.allclose(x.asnumpy(), base + r), 'input modified'
+
+y = mx.nd.array(np.ones(4) * (r + 1))
+out = hvd.allreduce_(y, op=hvd.Max, name='max')
+assert out is y and np.all(y.asnumpy() == n), y.asnumpy()
+
+gs = hvd.grouped_allreduce([mx.nd.array(np.ones(2, np.float32)), mx.nd.array(np.full(3, 2, np.int32))],
+                           average=False, name='grp')
+assert np.all(gs[0].asnumpy() == n) and np.all(gs[1].asnumpy() == 2 * n) and gs[1].dtype == np.int32
+
+g = hvd.allgather(mx.nd.array(np.full((r + 1, 2), r, dtype=np.int32)), name='ag', priority=-1)
+assert g.shape == (n * (n + 1) // 2, 2) and g.dtype == np.int32, (g.shape, g.dtype)
+
+b = mx.nd.array(np.full(3, r, dtype=np.int64))
+hvd.broadcast_(b, root_rank=n - 1, name='b')
+assert np.all(b.asnumpy() == n - 1), b.asnumpy()
+bb = hvd.broadcast(mx.nd.array(np.full(3, r, np.float32)), 0, name='bb')
+assert np.all(bb.asnumpy() == 0)
+
+out, rs = hvd.alltoall(mx.nd.array(np.arange(n, dtype=np.float32) + 10 * r), splits=[1] * n, name='a2a')
+assert rs.asnumpy().tolist() == [1] * n, rs.asnumpy()
+assert out.asnumpy().tolist() == [10 * k + r for k in range(n)], out.asnumpy()
+even = hvd.alltoall(mx.nd.array(np.full((n, 2), r, np.float64)), name='a2a.even')
+assert even.asnumpy()[:, 0].tolist() == list(range(n))
+
+rsc = hvd.reducescatter(mx.nd.array(np.ones((2 * n, 2), np.float32)), op=hvd.Sum, name='rs')
+assert rsc.shape == (2, 2) and np.all(rsc.asnumpy() == n), rsc.asnumpy()
+
+for bad in ('high', 1.5, True):
+    try:
+        hvd.allreduce(x, priority=bad)
+    except ValueError:
+        pass
+    else:
+        raise SystemExit('priority %r accepted' % (bad,))
+try:
+    hvd.allreduce(mx.nd.array(np.ones(2, dtype=np.complex64)))
+except ValueError as e:
+    assert 'complex64' in str(e), e
+else:
+    raise SystemExit('complex64 accepted')
+
+# Process sets: the set {0}; rank 1 is not a member and gets ValueError.
+if r == 0:
+    only = hvd.allreduce(x, average=False, name='ps0', process_set=ps0)
+    assert np.allclose(only.asnumpy(), x.asnumpy())
+else:
+    try:
+        hvd.allreduce(x, name='ps0', process_set=ps0)
+    except ValueError:
+        pass
+    else:
+        raise SystemExit('allreduce on a set this rank is not in was accepted')
+
+# DistributedOptimizer: gradients summed, rescale_grad divided by n: the mean.
+opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=1.0))
+w = mx.nd.array(np.zeros(2, np.float32))
+opt.update(0, w, mx.nd.array(np.full(2, r + 1, np.float32)), None)
+assert np.allclose(w.asnumpy(), -np.mean([k + 1 for k in range(n)])), w.asnumpy()
+
+# DistributedTrainer: the same through gluon's Trainer.
+p = mx.gluon.Parameter(mx.nd.array(np.zeros(2, np.float32)), mx.nd.array(np.full(2, 2.0 * (r + 1), np.float32)))
+trainer = hvd.DistributedTrainer({'p': p}, mx.optimizer.SGD())
+trainer.step(1)
+assert np.allclose(p.list_data()[0].asnumpy(), -np.mean([2.0 * (k + 1) for k in range(n)])), p.list_data()[0].asnumpy()
+
+params = {'w': mx.nd.array(np.full(2, r, np.float32)), 'b': mx.nd.array(np.full(1, r, np.float32))}
+hvd.broadcast_parameters(params, root_rank=0)
+assert all(np.all(v.asnumpy() == 0) for v in params.values())
+
+print('rank %d: hvd.mxnet smoke ok' % r, flush=True)
+hvd.shutdown()

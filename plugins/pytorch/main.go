@@ -1,0 +1,17 @@
+// Command hvd-plugin-pytorch is hvd's PyTorch framework adapter, a
+// go-plugin plugin that hvdgen starts (see package sdk/plugin):
+//
+//   - describe: framework "pytorch", module torch, supported >=1.13,<3;
+//   - probe: runs the given interpreter, imports torch, reports its version
+//     and torch.cuda availability;
+//   - generate "package": the hvd Python package with hvd.common and
+//     hvd.torch (the sources in python/hvd, embedded);
+//   - generate "scaffold": a starter project (as `hvdgen init --framework
+//     pytorch`).
+//
+// `hvd-plugin-pytorch describe` prints the description as JSON.
+package main
+
+import "github.com/hvdorg/hvd/sdk/plugin"
+
+func main() { plugin.Serve(adapter{}) }
