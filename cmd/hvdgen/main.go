@@ -81,6 +81,7 @@ Examples:
    hvdgen plugin install --python ~/venv/bin/python pytorch
    hvdgen plugin install --dry-run --target /tmp/site pytorch
    hvdgen plugin list --python ~/venv/bin/python
+   hvdgen generate                              # run the generators hvd.yaml lists
 
 Flags go before positional arguments (hvdgen init --framework go DIR).
 Bash completion: source urfave/cli v2's autocomplete/bash_autocomplete with
@@ -94,6 +95,7 @@ PROG=hvdgen (it calls hvdgen --generate-bash-completion).`,
 		},
 		Commands: []*cli.Command{
 			initCommand(),
+			generateCommand(),
 			pluginCommand(),
 		},
 		// Errors are returned from Run; main alone maps them to exit codes.

@@ -72,7 +72,7 @@ func run(t *testing.T, args ...string) (string, string, int) {
 
 func TestHelpHasExamples(t *testing.T) {
 	for _, args := range [][]string{
-		{"--help"}, {"init", "--help"}, {"plugin", "install", "--help"}, {"plugin", "list", "--help"},
+		{"--help"}, {"init", "--help"}, {"generate", "--help"}, {"plugin", "install", "--help"}, {"plugin", "list", "--help"},
 		{"plugin", "verify", "--help"}, {"plugin", "uninstall", "--help"},
 	} {
 		out, errOut, code := run(t, args...)

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/hvdorg/hvd/codegen/gobind"
+	"github.com/hvdorg/hvd/codegen/spec"
+)
+
+// generateCommand: `hvdgen generate`. A malformed spec or generator input
+// exits with 2, like a usage error: the input is wrong, not the tool.
+func generateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "generate",
+		Usage:     "run every generator hvd.yaml asks for",
+		ArgsUsage: " ",
+		Description: `Reads hvd.yaml (or -f FILE), checks it (errors say file:line:column and
+what was expected; unknown keys are errors) and runs the generators listed
+under "generate:":
+
+   go-bindings   typed collective methods (AllreduceAll, BroadcastAll,
+                 AllgatherAll) for Go structs marked //hvd:tensors in the
+                 packages "go.package" names, written to "go.output"
+   bindings      the hvd.<framework> Python package: installed by
+                 "hvdgen plugin install <framework>" (it needs the target
+                 environment), so generate only says so
+   split         the model-parallel split: not built yet (issue 7)
+
+Examples:
+   hvdgen generate                  # hvd.yaml in the current directory
+   hvdgen generate -f conf/hvd.yaml
+   hvdgen generate --dry-run        # show which files would change, write nothing`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: "hvd.yaml", Usage: "the spec file", EnvVars: []string{"HVDGEN_FILE"}},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written or removed, write nothing"},
+		},
+		Action: runGenerate,
+	}
+}
+
+func runGenerate(cCtx *cli.Context) error {
+	if cCtx.NArg() > 0 {
+		return usageErrorf("generate takes no arguments (use -f FILE for another spec)")
+	}
+	path := cCtx.String("file")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: %v (run hvdgen init first, or pass -f)", errUsage, err)
+	}
+	s, err := spec.Parse(path, data)
+	if err != nil {
+		return fmt.Errorf("%w: %s is not a valid spec:\n%v", errUsage, path, err)
+	}
+	dir := filepath.Dir(path)
+	ran := 0
+	for _, g := range s.Generate {
+		switch g {
+		case spec.GenGoBindings:
+			if err := genGoBindings(cCtx, s, dir); err != nil {
+				return err
+			}
+			ran++
+		case spec.GenBindings:
+			progress(cCtx, "bindings: the hvd.%s package is installed per environment: hvdgen plugin install %s", s.Framework, s.Framework)
+		case spec.GenSplit:
+			return fmt.Errorf("the split generator is not available yet (issue 7); remove %q from %s's generate list", g, path)
+		}
+	}
+	if ran == 0 {
+		progress(cCtx, "nothing to generate in this directory (%s lists %v)", path, s.Generate)
+	}
+	return nil
+}
+
+func genGoBindings(cCtx *cli.Context, s *spec.Spec, dir string) error {
+	cfg := gobind.Config{}
+	pattern := "./..."
+	if s.Go != nil {
+		cfg.Output = s.Go.Output
+		if s.Go.Package != "" {
+			pattern = s.Go.Package
+		}
+	}
+	progress(cCtx, "go-bindings: loading %s in %s", pattern, dir)
+	pkgs, err := cfg.Load(dir, pattern)
+	if err != nil {
+		return bindErr(err)
+	}
+	files, err := cfg.Generate(pkgs)
+	if err != nil {
+		return bindErr(err)
+	}
+	stale := cfg.Stale(pkgs, files)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	dry := cCtx.Bool("dry-run")
+	for _, n := range names {
+		old, err := os.ReadFile(n)
+		state := "create"
+		switch {
+		case err == nil && bytes.Equal(old, files[n]):
+			state = "unchanged"
+		case err == nil:
+			state = "update"
+		}
+		fmt.Fprintf(out(cCtx), "%-9s %s\n", state, rel(dir, n))
+		if dry || state == "unchanged" {
+			continue
+		}
+		if err := os.WriteFile(n, files[n], 0o644); err != nil {
+			return err
+		}
+	}
+	for _, n := range stale {
+		fmt.Fprintf(out(cCtx), "%-9s %s (no marked types left)\n", "remove", rel(dir, n))
+		if !dry {
+			if err := os.Remove(n); err != nil {
+				return err
+			}
+		}
+	}
+	if len(names) == 0 {
+		progress(cCtx, "go-bindings: no struct is marked //hvd:tensors in %s", pattern)
+	}
+	return nil
+}
+
+func bindErr(err error) error {
+	if errors.Is(err, gobind.ErrInvalid) {
+		return fmt.Errorf("%w: go-bindings:\n%v", errUsage, err)
+	}
+	return fmt.Errorf("go-bindings: %w", err)
+}
+
+func rel(dir, p string) string {
+	if r, err := filepath.Rel(dir, p); err == nil {
+		return r
+	}
+	return p
+}
