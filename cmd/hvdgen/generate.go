@@ -36,10 +36,10 @@ under "generate:":
 Examples:
    hvdgen generate                  # hvd.yaml in the current directory
    hvdgen generate -f conf/hvd.yaml
-   hvdgen generate --dry-run        # show which files would change, write nothing`,
+   hvdgen generate --dry-run        # show the diff of every file that would change, write nothing`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: "hvd.yaml", Usage: "the spec file", EnvVars: []string{"HVDGEN_FILE"}},
-			&cli.BoolFlag{Name: "dry-run", Usage: "print what would be written or removed, write nothing"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "print the diff of what would be written or removed, write nothing"},
 		},
 		Action: runGenerate,
 	}
@@ -114,6 +114,9 @@ func genGoBindings(cCtx *cli.Context, s *spec.Spec, dir string) error {
 			state = "update"
 		}
 		fmt.Fprintf(out(cCtx), "%-9s %s\n", state, rel(dir, n))
+		if dry && state != "unchanged" {
+			lineDiff(out(cCtx), rel(dir, n), old, files[n])
+		}
 		if dry || state == "unchanged" {
 			continue
 		}

@@ -78,6 +78,14 @@ func TestGenerateGoBindings(t *testing.T) {
 	if out, _, code = run(t, "generate", "-f", yaml); code != 0 || !strings.Contains(out, "unchanged") {
 		t.Fatalf("second run: exit %d\n%s", code, out)
 	}
+	// A new field: --dry-run shows the diff and leaves the file alone.
+	os.WriteFile(filepath.Join(dir, "model.go"), []byte("package demo\n\n//hvd:tensors\ntype Model struct {\n\tW []float32\n\tB []float64\n\tC []int32\n}\n"), 0o644)
+	if out, _, code = run(t, "generate", "--dry-run", "-f", yaml); code != 0 || !strings.Contains(out, "update") || !strings.Contains(out, "+++ ") || !strings.Contains(out, "\n+") || !strings.Contains(out, "C") {
+		t.Fatalf("dry run after a change: exit %d\n%s", code, out)
+	}
+	if now, _ := os.ReadFile(gen); !bytes.Equal(now, src) {
+		t.Fatalf("--dry-run changed %s", gen)
+	}
 	// An unsupported field is an error naming the file, line and field.
 	os.WriteFile(filepath.Join(dir, "model.go"), []byte("package demo\n\n//hvd:tensors\ntype Model struct {\n\tW []float32\n\tM map[string]int\n}\n"), 0o644)
 	if _, errOut, code = run(t, "generate", "-f", yaml); code != 2 || !strings.Contains(errOut, "model.go:6") {
@@ -104,5 +112,14 @@ func TestGenerateSpecErrors(t *testing.T) {
 	os.WriteFile(split, bytes.Replace(y, []byte("- bindings"), []byte("- split"), 1), 0o644)
 	if _, errOut, code = run(t, "generate", "-f", split); code != 1 || !strings.Contains(errOut, "not available yet") {
 		t.Fatalf("split: exit %d\n%s", code, errOut)
+	}
+}
+
+func TestLineDiff(t *testing.T) {
+	var b bytes.Buffer
+	lineDiff(&b, "f.go", []byte("a\nb\nc\nd\ne\nf\ng\n"), []byte("a\nb\nc\nX\ne\nf\ng\n"))
+	want := "--- f.go\n+++ f.go (generated)\n b\n c\n-d\n+X\n e\n f\n"
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
