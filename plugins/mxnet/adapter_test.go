@@ -12,7 +12,7 @@ import (
 // mxnet.
 
 func TestPackage(t *testing.T) {
-	set := plugintest.Contract(t, adapter{}, "mxnet", "mxnet")
+	set := plugintest.Contract(t, adapter(), "mxnet", "mxnet")
 	if _, ok := set.Lookup("hvd/torch/__init__.py"); ok {
 		t.Error("the mxnet package carries hvd.torch")
 	}

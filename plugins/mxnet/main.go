@@ -21,4 +21,4 @@ package main
 
 import "github.com/hvdorg/hvd/sdk/plugin"
 
-func main() { plugin.Serve(adapter{}) }
+func main() { plugin.Serve(adapter()) }

@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // writes, the optimizer and trainer wrappers — through hvd.numpy and the
 // engine; it does not check MXNet itself, which is not installable here.
 func TestRuntimeOnStandInMXNet(t *testing.T) {
-	set, err := adapter{}.Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
+	set, err := adapter().Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 // tensorflow.
 
 func TestPackage(t *testing.T) {
-	set := plugintest.Contract(t, adapter{}, "tensorflow", "tensorflow")
+	set := plugintest.Contract(t, adapter(), "tensorflow", "tensorflow")
 	if _, ok := set.Lookup("hvd/torch/__init__.py"); ok {
 		t.Error("the tensorflow package carries hvd.torch")
 	}

@@ -20,4 +20,4 @@ package main
 
 import "github.com/hvdorg/hvd/sdk/plugin"
 
-func main() { plugin.Serve(adapter{}) }
+func main() { plugin.Serve(adapter()) }

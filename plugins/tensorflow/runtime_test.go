@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 // the engine; it does not check TensorFlow itself (graph mode, gradients of
 // the collectives), which is not installable here.
 func TestRuntimeOnStandInTensorFlow(t *testing.T) {
-	set, err := adapter{}.Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
+	set, err := adapter().Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
 	if err != nil {
 		t.Fatal(err)
 	}
