@@ -72,8 +72,6 @@ _DTYPES = {
     np.dtype(np.bool_): _abi.DTYPE_BOOL,
 }
 
-# handle -> (arrays kept alive until synchronize, function producing the result)
-_handle_map = {}
 
 
 class Compressor:
@@ -159,9 +157,7 @@ def _desc(arr):
     return arr.ctypes.data, _dtype_code(arr.dtype, 'tensor'), list(arr.shape)
 
 
-def _track(handle, keep, result):
-    _handle_map[handle] = (keep, result)
-    return handle
+from hvd.common.handles import track as _track, _handle_map  # noqa: E402,F401
 
 
 def _copy_back(dst, src):
@@ -478,40 +474,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 # ------------------------------------------------ handles, join and barrier
 
-def poll(handle):
-    """True when the op has completed (never blocks)."""
-    return _abi.poll(handle) != 0
+from hvd.common.handles import poll, synchronize, join, barrier  # noqa: E402,F401
 
-
-def synchronize(handle):
-    """Waits for the op (releasing the GIL) and returns its result: an
-    array, a list for grouped ops, (output, received_splits) for alltoall.
-    Raises HorovodInternalError when the op failed. An unknown handle
-    returns None, as in Horovod."""
-    if handle not in _handle_map:
-        return None
-    try:
-        _abi.wait(handle)
-        _, result = _handle_map[handle]
-        return result()
-    finally:
-        _handle_map.pop(handle, None)
-        try:
-            _abi.release(handle)
-        except ValueError:
-            pass  # hvd was shut down meanwhile: the handle is gone already
-
-
-def join(device=-1):
-    """Declares that this rank has no more data: until every rank has
-    joined, other ranks' allreduces see zeros from it. Blocks until all have
-    joined and returns the global rank that joined last."""
-    return _abi.join()
-
-
-def barrier(process_set=global_process_set):
-    """Blocks until every member of the process set has called it."""
-    _abi.barrier(_set_id(process_set))
 
 
 # ---------------------------------------------------------- object helpers
