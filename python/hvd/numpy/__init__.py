@@ -35,7 +35,6 @@ float64, bool, and bfloat16 when the array's dtype is named ``bfloat16``
 """
 import numbers
 import pickle
-import warnings
 
 import numpy as np
 
@@ -52,12 +51,8 @@ from hvd.common.process_sets import (ProcessSet, global_process_set, add_process
                                      remove_process_set, _set_id)
 
 # Reduction ops, with Horovod's values.
-Average = _abi.REDUCE_OP_AVERAGE
-Sum = _abi.REDUCE_OP_SUM
-Adasum = _abi.REDUCE_OP_ADASUM
-Min = _abi.REDUCE_OP_MIN
-Max = _abi.REDUCE_OP_MAX
-Product = _abi.REDUCE_OP_PRODUCT
+from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
+                            handle_average_backwards_compatibility)
 
 _DTYPES = {
     np.dtype(np.uint8): _abi.DTYPE_UINT8,
@@ -164,18 +159,6 @@ def _copy_back(dst, src):
     if dst is not src:
         np.copyto(dst, src)
     return dst
-
-
-def handle_average_backwards_compatibility(op, average):
-    if op is not None:
-        if average is not None:
-            raise ValueError('The op parameter supersedes average. Please provide only one of them.')
-        return op
-    elif average is not None:
-        warnings.warn('Parameter `average` has been replaced with `op` and will be removed in v1.0',
-                      DeprecationWarning)
-        return Average if average else Sum
-    return Average
 
 
 def _check_op(op):

@@ -8,7 +8,6 @@ engine into a new tensor. Non-contiguous tensors are made contiguous first
 (and in-place ops copy the result back). Every tensor an op uses stays
 referenced until synchronize() returns. Waiting releases the GIL.
 """
-import warnings
 
 import torch
 
@@ -23,12 +22,8 @@ from hvd.common.process_sets import (ProcessSet, global_process_set, add_process
 from hvd.torch.compression import Compression
 
 # Reduction ops, with Horovod's values.
-Average = _abi.REDUCE_OP_AVERAGE
-Sum = _abi.REDUCE_OP_SUM
-Adasum = _abi.REDUCE_OP_ADASUM
-Min = _abi.REDUCE_OP_MIN
-Max = _abi.REDUCE_OP_MAX
-Product = _abi.REDUCE_OP_PRODUCT
+from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
+                            handle_average_backwards_compatibility)
 
 _DTYPES = {
     torch.uint8: _abi.DTYPE_UINT8,
@@ -65,18 +60,6 @@ def _desc(tensor):
 
 
 from hvd.common.handles import track as _track, _handle_map  # noqa: E402,F401
-
-
-def handle_average_backwards_compatibility(op, average):
-    if op is not None:
-        if average is not None:
-            raise ValueError('The op parameter supersedes average. Please provide only one of them.')
-        return op
-    elif average is not None:
-        warnings.warn('Parameter `average` has been replaced with `op` and will be removed in v1.0',
-                      DeprecationWarning)
-        return Average if average else Sum
-    return Average
 
 
 def _check_op(op, process_set):

@@ -1,0 +1,25 @@
+"""Reduction ops with Horovod's values, and Horovod's handling of the old
+`average` argument; shared by every framework module."""
+
+import warnings
+
+from hvd.common import _abi
+
+Average = _abi.REDUCE_OP_AVERAGE
+Sum = _abi.REDUCE_OP_SUM
+Adasum = _abi.REDUCE_OP_ADASUM
+Min = _abi.REDUCE_OP_MIN
+Max = _abi.REDUCE_OP_MAX
+Product = _abi.REDUCE_OP_PRODUCT
+
+
+def handle_average_backwards_compatibility(op, average):
+    if op is not None:
+        if average is not None:
+            raise ValueError('The op parameter supersedes average. Please provide only one of them.')
+        return op
+    elif average is not None:
+        warnings.warn('Parameter `average` has been replaced with `op` and will be removed in v1.0',
+                      DeprecationWarning)
+        return Average if average else Sum
+    return Average
