@@ -3,7 +3,6 @@ package sdk
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -20,7 +19,7 @@ func bindToCore(localRank, localSize int, logf func(string, ...any)) error {
 		return fmt.Errorf("hvd: HVD_BIND_TO=core: read the CPU mask: %w", err)
 	}
 	var cpus []int
-	for c := 0; c < runtime.NumCPU()*8 && len(cpus) < set.Count(); c++ {
+	for c := 0; c < len(set)*64 && len(cpus) < set.Count(); c++ {
 		if set.IsSet(c) {
 			cpus = append(cpus, c)
 		}

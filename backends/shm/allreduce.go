@@ -50,12 +50,8 @@ func (c *Comm) allreduceSlots(buf []byte, t opTag, dt backends.DType, op backend
 	if err := c.await("allreduce", c.allSeq(c.k)); err != nil {
 		return err
 	}
-	for r := 0; r < c.size; r++ {
-		if r != c.rank {
-			if _, _, _, err := c.peerSlot("allreduce", r, t); err != nil {
-				return err
-			}
-		}
+	if _, err := c.peerAddrs("allreduce", t); err != nil {
+		return err
 	}
 	n := len(buf)
 	backends.ReduceTo(buf, c.slotData(0, c.k, n), c.slotData(1, c.k, n), dt, op)
@@ -89,16 +85,9 @@ func (c *Comm) allreduceCMA(buf []byte, t opTag, dt backends.DType, op backends.
 	if err := c.await(name, c.allSeq(c.k)); err != nil {
 		return err
 	}
-	addrs := make([]uintptr, c.size)
-	for r := 0; r < c.size; r++ {
-		if r == c.rank {
-			continue
-		}
-		_, _, a, err := c.peerSlot(name, r, t)
-		if err != nil {
-			return err
-		}
-		addrs[r] = a
+	addrs, err := c.peerAddrs(name, t)
+	if err != nil {
+		return err
 	}
 	off, ln := blocks(len(buf), dt.Size(), c.size)
 	chunk := c.chunk - c.chunk%dt.Size()

@@ -13,12 +13,8 @@ func (c *Comm) Barrier() error {
 	if err := c.await(name, c.allSeq(c.k)); err != nil {
 		return err
 	}
-	for r := 0; r < c.size; r++ {
-		if r != c.rank {
-			if _, _, _, err := c.peerSlot(name, r, tag(kindBarrier, 0, 0, 0, 0)); err != nil {
-				return err
-			}
-		}
+	if _, err := c.peerAddrs(name, tag(kindBarrier, 0, 0, 0, 0)); err != nil {
+		return err
 	}
 	c.finish()
 	return nil

@@ -168,7 +168,6 @@ type Comm struct {
 	tmp     []byte // chunk buffer for reductions
 	probe   []uint64
 	pin     []byte // the buffer peers may read (keeps it on the heap)
-	pin2    []byte
 	kicked  atomic.Bool
 	broken  error
 	closing atomic.Bool
@@ -186,7 +185,6 @@ func DefaultSpin(localSize int) time.Duration {
 
 type facts struct {
 	uid   int
-	pid   int
 	pidns string
 	boot  string
 }
@@ -194,24 +192,23 @@ type facts struct {
 func myFacts() facts {
 	ns, _ := os.Readlink("/proc/self/ns/pid")
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return facts{uid: os.Getuid(), pid: os.Getpid(), pidns: ns, boot: strings.TrimSpace(string(boot))}
+	return facts{uid: os.Getuid(), pidns: ns, boot: strings.TrimSpace(string(boot))}
 }
 
 func (f facts) String() string {
-	return fmt.Sprintf("%d %d %s %s", f.uid, f.pid, f.pidns, f.boot)
+	return fmt.Sprintf("%d %s %s", f.uid, f.pidns, f.boot)
 }
 
 func parseFacts(s string) (facts, error) {
 	p := strings.Fields(s)
-	if len(p) != 4 {
+	if len(p) != 3 {
 		return facts{}, fmt.Errorf("malformed member record %q", s)
 	}
-	uid, err1 := strconv.Atoi(p[0])
-	pid, err2 := strconv.Atoi(p[1])
-	if err1 != nil || err2 != nil {
+	uid, err := strconv.Atoi(p[0])
+	if err != nil {
 		return facts{}, fmt.Errorf("malformed member record %q", s)
 	}
-	return facts{uid: uid, pid: pid, pidns: p[2], boot: p[3]}, nil
+	return facts{uid: uid, pidns: p[1], boot: p[2]}, nil
 }
 
 func envInt(name string, def int) int {

@@ -78,8 +78,3 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 	c.publishAt(c.ack(c.rank, src), s)
 	return nil
 }
-
-func (c *Comm) publishAt(off int, v uint64) {
-	c.seg.u64(off).Store(v)
-	c.ring()
-}

@@ -34,15 +34,9 @@ func (c *Comm) ReduceScatter(send, recv []byte, counts []int, dt backends.DType,
 	if err := c.await(name, c.allSeq(c.k)); err != nil {
 		return err
 	}
-	addrs := make([]uintptr, c.size)
-	for r := 0; r < c.size; r++ {
-		if r != c.rank {
-			_, _, a, err := c.peerSlot(name, r, t)
-			if err != nil {
-				return err
-			}
-			addrs[r] = a
-		}
+	addrs, err := c.peerAddrs(name, t)
+	if err != nil {
+		return err
 	}
 	mine := 0
 	for r := 0; r < c.rank; r++ {

@@ -42,8 +42,11 @@ func (c *Comm) ring() {
 }
 
 // publish stores v into one of this rank's control words and wakes sleepers.
-func (c *Comm) publish(off int, v uint64) {
-	c.word(c.rank, off).Store(v)
+func (c *Comm) publish(off int, v uint64) { c.publishAt(c.ctl(c.rank)+off, v) }
+
+// publishAt stores v at a segment offset and wakes sleepers.
+func (c *Comm) publishAt(off int, v uint64) {
+	c.seg.u64(off).Store(v)
 	c.ring()
 }
 
@@ -230,7 +233,7 @@ func (c *Comm) enter() { c.publish(ctlSeq, c.k) }
 
 // finish announces that this rank read everything it needed for op k.
 func (c *Comm) finish() {
-	c.pin, c.pin2 = nil, nil
+	c.pin = nil
 	c.publish(ctlDone, c.k)
 }
 
@@ -311,6 +314,23 @@ func (c *Comm) peerSlot(op string, r int, want opTag) (n int, mode int, addr uin
 	return int(c.seg.u64(h + slotLen).Load()), int(c.seg.u64(h + slotMode).Load()), uintptr(c.seg.u64(h + slotAddr).Load()), nil
 }
 
+// peerAddrs checks every peer's slot header for op k against t and returns
+// the buffer address each published (0 for slot-mode peers and this rank).
+func (c *Comm) peerAddrs(op string, t opTag) ([]uintptr, error) {
+	addrs := make([]uintptr, c.size)
+	for r := 0; r < c.size; r++ {
+		if r == c.rank {
+			continue
+		}
+		_, _, a, err := c.peerSlot(op, r, t)
+		if err != nil {
+			return nil, err
+		}
+		addrs[r] = a
+	}
+	return addrs, nil
+}
+
 // expose publishes buf for peers to read with process_vm_readv (modeCMA) or
 // copies it into the slot (modeSlot) and announces op k.
 func (c *Comm) expose(t opTag, buf []byte, viaSlot bool) {
@@ -337,7 +357,7 @@ func (c *Comm) fetch(op string, r int, mode int, addr uintptr, off int, dst []by
 	return c.readPeer(op, r, dst, addr+uintptr(off))
 }
 
-// exposedRead waits for the readers of this rank's memory (those for which
+// waitReaders waits for the readers of this rank's memory (those for which
 // readers(r) is true) to finish op k.
 func (c *Comm) waitReaders(op string, readers func(r int) bool) error {
 	k := c.k
