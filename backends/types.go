@@ -160,7 +160,16 @@ type Communicator interface {
 	// Send delivers buf to rank dst; Recv receives exactly len(buf) bytes
 	// from src. Messages between one pair are received in the order they
 	// were sent, and tag and length must match (else an error, not
-	// corruption). Send may block until the receiver reads (large messages).
+	// corruption). Send may block until the receiver reads (large messages;
+	// on shared memory always: rendezvous).
+	//
+	// Concurrency: calls for distinct (peer, direction) pairs may run at
+	// the same time from different goroutines — a send to rank 1 while a
+	// receive from rank 1 and a send to rank 2 are in flight — and each
+	// progresses on its own (the SDK's non-blocking send/recv rely on it).
+	// Calls for one pair and direction are serialised. They must not run
+	// concurrently with collectives on the same communicator (the SDK keeps
+	// a separate communicator per set for point-to-point).
 	Send(buf []byte, dst int, tag uint32) error
 	Recv(buf []byte, src int, tag uint32) error
 

@@ -106,6 +106,21 @@ func TestPythonDynamicSets(t *testing.T) {
 	}
 }
 
+// Point-to-point (send/recv, isend/irecv, autograd) on shared memory and
+// TCP; dynamic mode so the mismatch test can break a set of its own.
+func TestPythonP2P(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, backend := range []string{"auto", "tcp"} {
+		for _, np := range []int{2, 3} {
+			t.Run(backend+"/np"+strconv.Itoa(np), func(t *testing.T) {
+				args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+				out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_DYNAMIC=1", "HVD_BACKEND="+backend), append(args, "../python/tests/test_p2p.py")...)
+				checkPytest(t, out, code, np)
+			})
+		}
+	}
+}
+
 // Loading: HVD_LIBRARY, version check, a second Go runtime, fork.
 func TestPythonLoader(t *testing.T) {
 	pkg := pythonPackage(t)

@@ -40,11 +40,19 @@ type Handle struct {
 	finish []func(engine.Tensor) Tensor
 	once   sync.Once
 	outs   []Tensor
+	p2p    *p2pOp // a point-to-point op instead of ops
 }
 
 // Wait blocks until the op completes and returns its output (the first one
 // for grouped ops; see Outputs).
 func (h *Handle) Wait() (Tensor, error) {
+	if h.p2p != nil {
+		<-h.p2p.done
+		if h.p2p.err != nil {
+			return Tensor{}, h.p2p.err
+		}
+		return h.p2p.t, nil
+	}
 	for _, o := range h.ops {
 		if err := o.Handle().Wait(); err != nil {
 			return Tensor{}, h.ps.wrapErr(h.op, err)
@@ -65,6 +73,14 @@ func (h *Handle) Wait() (Tensor, error) {
 
 // Poll reports whether the op (every op of a group) has completed.
 func (h *Handle) Poll() bool {
+	if h.p2p != nil {
+		select {
+		case <-h.p2p.done:
+			return true
+		default:
+			return false
+		}
+	}
 	for _, o := range h.ops {
 		if !o.Handle().Poll() {
 			return false
@@ -79,11 +95,21 @@ func (h *Handle) Outputs() []Tensor { return h.outs }
 
 // ReceivedSplits returns, for an alltoall, the rows received from each
 // member (after Wait).
-func (h *Handle) ReceivedSplits() []int32 { return h.ops[0].Handle().RecvSplits }
+func (h *Handle) ReceivedSplits() []int32 {
+	if h.p2p != nil {
+		return nil
+	}
+	return h.ops[0].Handle().RecvSplits
+}
 
 // Name returns the full name the op was negotiated under (the first one for
 // groups).
-func (h *Handle) Name() string { return h.ops[0].Name }
+func (h *Handle) Name() string {
+	if h.p2p != nil {
+		return h.op
+	}
+	return h.ops[0].Name
+}
 
 func fromEngine(t engine.Tensor) Tensor { return Tensor{Data: t.Data, DType: t.DType, Shape: t.Shape} }
 func toEngine(t Tensor) engine.Tensor {
@@ -413,33 +439,6 @@ func uncompressRows(dt DType, back func(wire, dst Tensor)) func(engine.Tensor) T
 func (ps *ProcessSet) Barrier() error {
 	_, err := wait(ps.enqueue("barrier", &engine.Op{Type: engine.Barrier, Name: "barrier.noname"}))
 	return err
-}
-
-// Send delivers t's bytes to global rank dst (a member of the set), on the
-// set's point-to-point connections (not negotiated: messages from one rank
-// to another are received in the order sent; tags and sizes must match the
-// receiver's Recv). Send and Recv on one set are serialised.
-func (ps *ProcessSet) Send(t Tensor, dst int, tag uint32) error {
-	return ps.p2pCall("send", "destination rank", t, dst, func(b []byte, peer int) error { return ps.p2p.Send(b, peer, tag) })
-}
-
-// Recv fills t with a message from global rank src (a member of the set).
-func (ps *ProcessSet) Recv(t Tensor, src int, tag uint32) error {
-	return ps.p2pCall("recv", "source rank", t, src, func(b []byte, peer int) error { return ps.p2p.Recv(b, peer, tag) })
-}
-
-func (ps *ProcessSet) p2pCall(op, what string, t Tensor, global int, f func(buf []byte, peer int) error) error {
-	if err := t.validate(op); err != nil {
-		return err
-	}
-	peer, err := ps.setRankOf(op, what, global)
-	if err != nil {
-		return err
-	}
-	if err := ps.usable(op); err != nil {
-		return err
-	}
-	return ps.wrapErr(op, f(t.Data, peer))
 }
 
 func wait(h *Handle, err error) (Tensor, error) {

@@ -24,6 +24,7 @@ type ProcessSet struct {
 	eng     *engine.Engine        // negotiation and collectives (members only)
 	p2p     backends.Communicator // send/recv and direct data-plane use (members only)
 	counter atomic.Int64          // automatic names
+	queues  p2pQueues             // point-to-point ops in flight, per peer and direction
 }
 
 // A nil *ProcessSet (what World methods return after Close) is safe to

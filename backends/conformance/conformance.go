@@ -187,7 +187,56 @@ func Cases(size int, o Options) []Case {
 	for _, n := range []int{0, 1, 1001, 1<<20 + 3} {
 		cs = append(cs, sendRecvCase(n))
 	}
+	for _, n := range []int{8, 1<<20 + 5} {
+		cs = append(cs, concurrentP2PCase(n, 3))
+	}
 	return cs
+}
+
+// concurrentP2PCase: every rank sends msgs messages to every other rank and
+// receives as many from each, all pairs and directions at once from their
+// own goroutines, everyone sending "first". Serialised point-to-point (one
+// op per communicator at a time) deadlocks here with large messages; the
+// interface promises that distinct (peer, direction) pairs progress
+// independently. Tags differ per message, so FIFO order is checked too.
+func concurrentP2PCase(n, msgs int) Case {
+	return Case{fmt.Sprintf("p2p-concurrent/%d", n), func(c backends.Communicator) error {
+		size, me := c.Size(), c.Rank()
+		var wg sync.WaitGroup
+		errs := make(chan error, 2*size)
+		for peer := 0; peer < size; peer++ {
+			if peer == me {
+				continue
+			}
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				for k := 0; k < msgs; k++ {
+					if err := c.Send(fill(backends.Uint8, me*31+peer*7+k, n, 0), peer, uint32(100+k)); err != nil {
+						errs <- fmt.Errorf("send %d to %d: %w", k, peer, err)
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				in := make([]byte, n)
+				for k := 0; k < msgs; k++ {
+					if err := c.Recv(in, peer, uint32(100+k)); err != nil {
+						errs <- fmt.Errorf("recv %d from %d: %w", k, peer, err)
+						return
+					}
+					if err := diff(fmt.Sprintf("message %d from %d", k, peer), in, fill(backends.Uint8, peer*31+me*7+k, n, 0), 1); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}}
 }
 
 func allreduceCase(dt backends.DType, op backends.ReduceOp, n int) Case {

@@ -169,10 +169,17 @@ type Comm struct {
 	probe   []uint64
 	pin     []byte // the buffer peers may read (keeps it on the heap)
 	kicked  atomic.Bool
-	broken  error
+	broken  atomic.Pointer[backends.PeerError]
 	closing atomic.Bool
-	mu      sync.Mutex   // held by every operation; Close waits for it
+	mu      sync.Mutex   // held by every collective; Close waits for it
 	bellMu  sync.RWMutex // Kick vs. unmapping
+	// Point-to-point ops do not take mu: a send to one rank, a receive
+	// from another and a collective may run at once (from different
+	// goroutines). p2pMu is held shared by each of them so Close can wait
+	// for them; sendMu[r]/recvMu[r] keep one op per peer and direction.
+	p2pMu  sync.RWMutex
+	sendMu []sync.Mutex
+	recvMu []sync.Mutex
 }
 
 // DefaultSpin returns the busy-wait budget for localSize ranks on this host.
@@ -269,6 +276,8 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	segBytes := hdrBytes + c.size*c.rankBytes
 	c.sendSeq = make([]uint64, c.size)
 	c.recvSeq = make([]uint64, c.size)
+	c.sendMu = make([]sync.Mutex, c.size)
+	c.recvMu = make([]sync.Mutex, c.size)
 	c.tmp = make([]byte, c.chunk)
 	c.probe = []uint64{uint64(0x5a5a0000) | uint64(c.rank)}
 
@@ -449,6 +458,8 @@ func (c *Comm) Close() error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.p2pMu.Lock()
+	defer c.p2pMu.Unlock()
 	c.bellMu.Lock()
 	defer c.bellMu.Unlock()
 	c.release()

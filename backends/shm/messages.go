@@ -141,8 +141,8 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 	}
 	ctl := c.ctl(c.rank)
 	bell, sleeping := c.seg.u32(ctl+ctlBell), c.seg.u32(ctl+ctlSleeping)
-	sleeping.Store(1)
-	defer sleeping.Store(0)
+	sleeping.Add(1)
+	defer sleeping.Add(^uint32(0))
 	for {
 		v := bell.Load()
 		if c.kicked.Swap(false) {

@@ -2,6 +2,8 @@ package shm
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/hvdorg/hvd/backends"
 )
@@ -11,6 +13,11 @@ import (
 // acknowledgement; the receiver reads the bytes straight from the sender's
 // buffer. One copy, rendezvous semantics: Send returns once the receiver
 // has the data.
+//
+// Each (peer, direction) has its own mailbox and counters, so a send to one
+// rank, a send to another, receives and a collective may run concurrently
+// from different goroutines (the SDK's non-blocking send/recv rely on it);
+// calls for one peer and direction are serialised.
 
 // mailbox is the offset of the first word of the mailbox from src to dst.
 func (c *Comm) mailbox(src, dst int) int { return c.ctl(src) + ctlMailbox + 64*dst }
@@ -18,44 +25,57 @@ func (c *Comm) mailbox(src, dst int) int { return c.ctl(src) + ctlMailbox + 64*d
 // ack is the offset of dst's count of messages consumed from src.
 func (c *Comm) ack(dst, src int) int { return c.ctl(dst) + ctlMailbox + 64*c.size + 64*src }
 
+// p2pBegin validates peer and takes the shared p2p lock (Close waits for
+// it) and the lock of that peer and direction.
+func (c *Comm) p2pBegin(op string, peer int, locks []sync.Mutex) (func(), error) {
+	if peer < 0 || peer >= c.size || peer == c.rank {
+		return nil, fmt.Errorf("%w: %s rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, op, peer, c.size, c.rank)
+	}
+	c.p2pMu.RLock()
+	if err := c.usable(op); err != nil {
+		c.p2pMu.RUnlock()
+		return nil, err
+	}
+	locks[peer].Lock()
+	return func() {
+		locks[peer].Unlock()
+		c.p2pMu.RUnlock()
+	}, nil
+}
+
 // Send delivers buf to rank dst.
 func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
-	if dst < 0 || dst >= c.size || dst == c.rank {
-		return fmt.Errorf("%w: send to rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, dst, c.size, c.rank)
-	}
-	if err := c.lock("send"); err != nil {
+	done, err := c.p2pBegin("send to", dst, c.sendMu)
+	if err != nil {
 		return err
 	}
-	defer c.end()
+	defer done()
 	c.sendSeq[dst]++
 	s := c.sendSeq[dst]
 	m := c.mailbox(c.rank, dst)
-	c.pin = buf
 	c.seg.u64(m + 8).Store(uint64(tag))
 	c.seg.u64(m + 16).Store(uint64(len(buf)))
 	c.seg.u64(m + 24).Store(addrOf(buf))
 	c.seg.u64(m).Store(s)
 	c.ring()
 	a := c.seg.u64(c.ack(dst, c.rank))
-	err := c.await("send", func() int {
+	err = c.await("send", func() int {
 		if a.Load() < s {
 			return dst
 		}
 		return -1
 	})
-	c.pin = nil
+	runtime.KeepAlive(buf) // the receiver reads it until it acknowledges
 	return err
 }
 
 // Recv receives exactly len(buf) bytes from rank src.
 func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
-	if src < 0 || src >= c.size || src == c.rank {
-		return fmt.Errorf("%w: recv from rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, src, c.size, c.rank)
-	}
-	if err := c.lock("recv"); err != nil {
+	done, err := c.p2pBegin("recv from", src, c.recvMu)
+	if err != nil {
 		return err
 	}
-	defer c.end()
+	defer done()
 	s := c.recvSeq[src] + 1
 	m := c.mailbox(src, c.rank)
 	seq := c.seg.u64(m)

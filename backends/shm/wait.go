@@ -93,8 +93,8 @@ func (c *Comm) await(op string, blocker func() int) error {
 	// Phase 2: sleep on the doorbell, checking the blocker's liveness.
 	ctl := c.ctl(c.rank)
 	bell, sleeping := c.seg.u32(ctl+ctlBell), c.seg.u32(ctl+ctlSleeping)
-	sleeping.Store(1)
-	defer sleeping.Store(0)
+	sleeping.Add(1) // a count: several goroutines may sleep (point-to-point)
+	defer sleeping.Add(^uint32(0))
 	for {
 		v := bell.Load()
 		b := blocker()
@@ -149,7 +149,7 @@ func (c *Comm) fail(op string, culprit, reason int, why string) error {
 		abort.Store(uint64(culprit+1) | uint64(reason)<<32)
 		c.ringAll()
 	}
-	c.broken = pe
+	c.broken.Store(pe)
 	return pe
 }
 
@@ -168,7 +168,7 @@ func (c *Comm) aborted(op string) error {
 	if c.globalRanks != nil && culprit >= 0 && culprit < c.size {
 		pe.Global = c.globalRanks[culprit]
 	}
-	c.broken = pe
+	c.broken.Store(pe)
 	return pe
 }
 
@@ -211,19 +211,24 @@ func (c *Comm) beginLocked(op string) error {
 // aborted communicator.
 func (c *Comm) lock(op string) error {
 	c.mu.Lock()
-	var err error
-	switch {
-	case c.closing.Load() || c.seg == nil || c.seg.mem == nil:
-		err = fmt.Errorf("%w: %s on a closed shm communicator", backends.ErrClosed, op)
-	case c.broken != nil:
-		err = fmt.Errorf("%w: %s after an earlier failure: %w", backends.ErrPeerFailure, op, c.broken)
-	case c.seg.u64(hdrAbort).Load() != 0:
-		err = c.aborted(op)
-	}
+	err := c.usable(op)
 	if err != nil {
 		c.mu.Unlock()
 	}
 	return err
+}
+
+// usable fails on a closed, broken or aborted communicator.
+func (c *Comm) usable(op string) error {
+	switch {
+	case c.closing.Load() || c.seg == nil || c.seg.mem == nil:
+		return fmt.Errorf("%w: %s on a closed shm communicator", backends.ErrClosed, op)
+	case c.broken.Load() != nil:
+		return fmt.Errorf("%w: %s after an earlier failure: %w", backends.ErrPeerFailure, op, c.broken.Load())
+	case c.seg.u64(hdrAbort).Load() != 0:
+		return c.aborted(op)
+	}
+	return nil
 }
 
 func (c *Comm) end() { c.mu.Unlock() }

@@ -78,16 +78,21 @@ type Comm struct {
 	opTimeout   time.Duration
 	small       int
 
-	mu     sync.Mutex   // held for the duration of each operation
+	// mu is held for the duration of each collective, and shared by every
+	// point-to-point op: sends and receives on distinct (peer, direction)
+	// pairs run concurrently (sendMu/recvMu serialise each pair), never
+	// together with a collective on the same communicator.
+	mu     sync.RWMutex
+	sendMu []sync.Mutex
+	recvMu []sync.Mutex
 	idleMu sync.RWMutex // held (shared) by Idle; Close takes it to wait for Idle to leave
 	brk    atomic.Bool  // broken != nil, readable without mu
 	seq    uint64       // collectives started
-	broken error
+	broken atomic.Pointer[backends.PeerError]
 	closed atomic.Bool
 	wakeFd int // signalled by Close
 	kickFd int // signalled by Kick (wakes Idle)
 
-	iov     [][]byte
 	scratch []byte   // reused receive space (direct algorithms)
 	rings   [][]byte // reused reduce rings, one per concurrent reducer
 }
@@ -114,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c := &Comm{
 		rank: cfg.Rank, size: cfg.Size, prefix: cfg.Prefix, store: cfg.Store,
 		globalRanks: cfg.GlobalRanks, spin: cfg.Spin, opTimeout: cfg.OpTimeout,
-		small: cfg.SmallBytes, iov: make([][]byte, 0, 2),
+		small: cfg.SmallBytes,
 	}
 	if c.small <= 0 {
 		c.small = defaultSmallBytes
@@ -153,8 +158,7 @@ func (c *Comm) begin(collective bool) (uint64, error) {
 		c.mu.Unlock()
 		return 0, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
 	}
-	if c.broken != nil {
-		err := c.broken
+	if err := c.broken.Load(); err != nil {
 		c.mu.Unlock()
 		return 0, err
 	}
@@ -196,7 +200,7 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 			pe.Err = fmt.Errorf("connection lost (%v): the process died or closed the communicator", err)
 		}
 	}
-	c.broken = pe
+	c.broken.CompareAndSwap(nil, pe)
 	c.brk.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	c.store.Set(ctx, abortKey(c.prefix, c.rank), []byte(pe.Error()))
@@ -222,7 +226,7 @@ func (c *Comm) Close() error {
 	defer c.mu.Unlock()
 	c.idleMu.Lock() // and for Idle (woken by wakeFd)
 	defer c.idleMu.Unlock()
-	if c.broken == nil && c.size > 1 {
+	if c.broken.Load() == nil && c.size > 1 {
 		// Peers that are still running will see the connections close; tell
 		// them it was on purpose, so they need not wait for a reason.
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -163,6 +164,7 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 		return firstErr
 	}
 	c.peers = make([]*peer, c.size)
+	c.sendMu, c.recvMu = make([]sync.Mutex, c.size), make([]sync.Mutex, c.size)
 	for p, cn := range conns {
 		if cn == nil {
 			continue

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/hvdorg/hvd/backends"
 )
@@ -13,17 +14,40 @@ func (c *Comm) checkPeer(what string, r int) error {
 	return nil
 }
 
+// p2pBegin takes mu shared (so Close and collectives wait for the op) and
+// the lock of the peer and direction; it fails on a closed or broken
+// communicator.
+func (c *Comm) p2pBegin(what string, r int, locks []sync.Mutex) (func(), error) {
+	if err := c.checkPeer(what, r); err != nil {
+		return nil, err
+	}
+	c.mu.RLock()
+	if c.closed.Load() {
+		c.mu.RUnlock()
+		return nil, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
+	}
+	if err := c.broken.Load(); err != nil {
+		c.mu.RUnlock()
+		return nil, err
+	}
+	locks[r].Lock()
+	return func() {
+		locks[r].Unlock()
+		c.mu.RUnlock()
+	}, nil
+}
+
 // Send implements backends.Communicator. It returns once the whole message
 // is in the kernel's socket buffer, which for large messages means the
-// receiver has started reading (as MPI_Send in standard mode).
+// receiver has started reading (as MPI_Send in standard mode). Sends and
+// receives to different peers or in different directions may run
+// concurrently (each drives its own socket direction).
 func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
-	if err := c.checkPeer("send to", dst); err != nil {
+	done, err := c.p2pBegin("send to", dst, c.sendMu)
+	if err != nil {
 		return err
 	}
-	if _, err := c.begin(false); err != nil {
-		return err
-	}
-	defer c.end()
+	defer done()
 	p := c.peers[dst]
 	x := c.sendTo(dst, kindP2P, p.p2pSent, tag, buf)
 	p.p2pSent++
@@ -32,13 +56,11 @@ func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
 
 // Recv implements backends.Communicator.
 func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
-	if err := c.checkPeer("receive from", src); err != nil {
+	done, err := c.p2pBegin("receive from", src, c.recvMu)
+	if err != nil {
 		return err
 	}
-	if _, err := c.begin(false); err != nil {
-		return err
-	}
-	defer c.end()
+	defer done()
 	p := c.peers[src]
 	x := c.recvFrom(src, kindP2P, p.p2pRecvd, tag, buf)
 	p.p2pRecvd++

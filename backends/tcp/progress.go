@@ -200,7 +200,8 @@ func (c *Comm) stepSend(x *xfer) (int, error) {
 	if x.feed != nil {
 		avail = x.feed.finished()
 	}
-	iov := c.iov[:0]
+	var iovArr [2][]byte
+	iov := iovArr[:0]
 	if x.hoff < hdrLen {
 		iov = append(iov, x.hb[x.hoff:])
 	}
@@ -231,7 +232,8 @@ func (c *Comm) stepSend(x *xfer) (int, error) {
 }
 
 func (c *Comm) stepRecv(x *xfer) (int, error) {
-	iov := c.iov[:0]
+	var iovArr [2][]byte
+	iov := iovArr[:0]
 	if x.hoff < hdrLen {
 		iov = append(iov, x.hb[x.hoff:])
 	}

@@ -396,6 +396,38 @@ func hvd_grouped_reducescatter_async(tensors *unsafe.Pointer, tensorsLen C.int64
 	return C.int64_t(v)
 }
 
+// hvd_send_async posts a point-to-point send of tensor to dst (a global rank, member of the set); FIFO per pair, tag checked by the receiver; returns a handle.
+//
+//export hvd_send_async
+func hvd_send_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, dst C.int32_t, tag C.int64_t, processSet C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_send_async: %v", r)))
+		}
+	}()
+	v, err := implSendAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(dst), int64(tag), int32(processSet))
+	if err != nil {
+		return C.int64_t(-setError(errBuf, errLen, err))
+	}
+	return C.int64_t(v)
+}
+
+// hvd_recv_async posts a point-to-point receive into tensor from src (a global rank, member of the set); returns a handle.
+//
+//export hvd_recv_async
+func hvd_recv_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, src C.int32_t, tag C.int64_t, processSet C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_recv_async: %v", r)))
+		}
+	}()
+	v, err := implRecvAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(src), int64(tag), int32(processSet))
+	if err != nil {
+		return C.int64_t(-setError(errBuf, errLen, err))
+	}
+	return C.int64_t(v)
+}
+
 // hvd_barrier blocks until every member of the process set has called it.
 //
 //export hvd_barrier

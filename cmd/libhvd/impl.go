@@ -22,6 +22,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"unsafe"
 
@@ -323,6 +324,32 @@ func implBroadcastAsync(in unsafe.Pointer, dtype int32, shape []int64, root, set
 		return 0, err
 	}
 	return addHandle(ps.BroadcastAsync(t, int(root), name))
+}
+
+func implSendAsync(in unsafe.Pointer, dtype int32, shape []int64, dst int32, tag int64, set int32) (int64, error) {
+	return p2pAsync("send", in, dtype, shape, dst, tag, set)
+}
+
+func implRecvAsync(in unsafe.Pointer, dtype int32, shape []int64, src int32, tag int64, set int32) (int64, error) {
+	return p2pAsync("recv", in, dtype, shape, src, tag, set)
+}
+
+func p2pAsync(op string, in unsafe.Pointer, dtype int32, shape []int64, peer int32, tag int64, set int32) (int64, error) {
+	if tag < 0 || tag > math.MaxUint32 {
+		return 0, fmt.Errorf("%w: %s: tag %d is outside 0 .. 2^32-1", sdk.ErrInvalidArgument, op, tag)
+	}
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	t, err := tensorAt(in, dtype, shape)
+	if err != nil {
+		return 0, err
+	}
+	if op == "send" {
+		return addHandle(ps.SendAsync(t, int(peer), uint32(tag)))
+	}
+	return addHandle(ps.RecvAsync(t, int(peer), uint32(tag)))
 }
 
 func implAlltoallAsync(in unsafe.Pointer, dtype int32, shape []int64, splits []int32, set int32, name string) (int64, error) {

@@ -111,6 +111,10 @@ def bind(lib, raise_error):
     lib.hvd_reducescatter_async.restype = ctypes.c_int64
     lib.hvd_grouped_reducescatter_async.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int64, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, ctypes.POINTER(ctypes.c_int32), ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_double, ctypes.c_double, ctypes.c_int32, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64]
     lib.hvd_grouped_reducescatter_async.restype = ctypes.c_int64
+    lib.hvd_send_async.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
+    lib.hvd_send_async.restype = ctypes.c_int64
+    lib.hvd_recv_async.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
+    lib.hvd_recv_async.restype = ctypes.c_int64
     lib.hvd_barrier.argtypes = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
     lib.hvd_barrier.restype = ctypes.c_int32
     lib.hvd_join.argtypes = [ctypes.c_char_p, ctypes.c_int64]
@@ -350,6 +354,26 @@ def grouped_reducescatter_async(tensors, dtypes, ndims, shapes, op, prescale, po
     _name = (name or '').encode('utf-8')
     _err = ctypes.create_string_buffer(ERR_LEN)
     _r = _lib.hvd_grouped_reducescatter_async(_tensors, _tensors_len, _dtypes, _dtypes_len, _ndims, _ndims_len, _shapes, _shapes_len, op, prescale, postscale, process_set, _name, _err, ERR_LEN)
+    if _r < 0:
+        _raise(-_r, _err.value.decode('utf-8', 'replace'), 'call')
+    return _r
+
+
+def send_async(tensor, dtype, shape, dst, tag, process_set):
+    """posts a point-to-point send of tensor to dst (a global rank, member of the set); FIFO per pair, tag checked by the receiver; returns a handle."""
+    _shape, _shape_len = _array(ctypes.c_int64, shape)
+    _err = ctypes.create_string_buffer(ERR_LEN)
+    _r = _lib.hvd_send_async(tensor, dtype, _shape, _shape_len, dst, tag, process_set, _err, ERR_LEN)
+    if _r < 0:
+        _raise(-_r, _err.value.decode('utf-8', 'replace'), 'call')
+    return _r
+
+
+def recv_async(tensor, dtype, shape, src, tag, process_set):
+    """posts a point-to-point receive into tensor from src (a global rank, member of the set); returns a handle."""
+    _shape, _shape_len = _array(ctypes.c_int64, shape)
+    _err = ctypes.create_string_buffer(ERR_LEN)
+    _r = _lib.hvd_recv_async(tensor, dtype, _shape, _shape_len, src, tag, process_set, _err, ERR_LEN)
     if _r < 0:
         _raise(-_r, _err.value.decode('utf-8', 'replace'), 'call')
     return _r

@@ -20,3 +20,4 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, S
                                shutdown, size, sparse_allreduce_async, start_timeline, stop_timeline,
                                synchronize)
 from hvd.torch.optimizer import DistributedOptimizer  # noqa: E402
+from hvd.torch.p2p import irecv, isend, recv, send  # noqa: E402
