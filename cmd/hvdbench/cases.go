@@ -109,6 +109,43 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 				return wrong
 			}}, nil
 
+	case "sendrecv":
+		// nccl-tests' sendrecv: every rank sends to its right neighbour
+		// while it receives from its left one (a ring shift), the pattern of
+		// activations moving between pipeline stages.
+		if n < 2 {
+			return nil, fmt.Errorf("%w: sendrecv needs at least 2 ranks", errUsage)
+		}
+		cnt := max(size/es, 1)
+		send, recv := touch(backends.Alloc(int(cnt*es))), touch(backends.Alloc(int(cnt*es)))
+		right, left := (me+1)%n, (me+n-1)%n
+		errc := make(chan error, 1)
+		shift := func() error {
+			go func() { errc <- c.Send(send, right, 1) }()
+			err := c.Recv(recv, left, 1)
+			if e := <-errc; err == nil {
+				err = e
+			}
+			return err
+		}
+		return &benchCase{bytes: cnt * es, count: cnt, run: shift, reset: func() {},
+			check: func() int64 {
+				for i := 0; i < int(cnt); i++ {
+					set(send, dt, i, float64(me+1+i%5))
+				}
+				zero(recv)
+				if err := shift(); err != nil {
+					return cnt
+				}
+				var wrong int64
+				for i := 0; i < int(cnt); i++ {
+					if get(recv, dt, i) != float64(left+1+i%5) {
+						wrong++
+					}
+				}
+				return wrong
+			}}, nil
+
 	case "broadcast":
 		cnt := max(size/es, 1)
 		buf := touch(backends.Alloc(int(cnt * es)))

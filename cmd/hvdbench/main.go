@@ -51,7 +51,7 @@ type Row struct {
 	Hostname string  `json:"hostname,omitempty"`
 }
 
-var ops = []string{"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier"}
+var ops = []string{"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "sendrecv"}
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
