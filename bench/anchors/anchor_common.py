@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover - depends on the interpreter
 DTYPE = "float32"
 ELEM = 4  # bytes per float32
 
-ALL_OPS = ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "barrier"]
+ALL_OPS = ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "barrier", "sendrecv"]
 
 # Default size list of perf-anchors.md section 2.
 DEFAULT_SIZES = [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20]
@@ -136,7 +136,7 @@ def busbw_factor(op, n):
         return 2.0 * (n - 1) / n
     if op in ("allgather", "reducescatter", "alltoall"):
         return (n - 1) / n
-    if op == "broadcast":
+    if op in ("broadcast", "sendrecv"):
         return 1.0
     return 0.0
 

@@ -101,6 +101,21 @@ def main():
             run = functools.partial(world.Bcast, [buf, FLOAT], 0)
             return ac.Case(count * ac.ELEM, run, check)
 
+        if op == "sendrecv":
+            # Ring shift (nccl-tests' sendrecv): send right, receive from the left.
+            count = max(1, size // ac.ELEM)
+            sbuf, rbuf = empty(count), empty(count)
+            right, left = (rank + 1) % n, (rank - 1) % n
+
+            def check():
+                ac.fill_periodic(sbuf, ac.pattern_base(rank))
+                rbuf.fill(-1.0)
+                world.Sendrecv([sbuf, FLOAT], right, 0, [rbuf, FLOAT], left, 0)
+                return ac.count_wrong(rbuf, ac.pattern_base(left))
+
+            run = functools.partial(world.Sendrecv, [sbuf, FLOAT], right, 0, [rbuf, FLOAT], left, 0)
+            return ac.Case(count * ac.ELEM, run, check)
+
         c = ac.piece_count(size, n)
 
         if op == "allgather":

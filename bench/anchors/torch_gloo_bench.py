@@ -109,6 +109,26 @@ def worker(rank, world_size, args):
 
             return ac.Case(count * ac.ELEM, lambda: dist.broadcast(t, src=0), check)
 
+        if op == "sendrecv":
+            # Ring shift (nccl-tests' sendrecv): send right, receive from the left.
+            count = max(1, size // ac.ELEM)
+            st, sa = empty(count)
+            rt, ra = empty(count)
+            right, left = (rank + 1) % n, (rank - 1) % n
+
+            def shift():
+                reqs = [dist.isend(st, right), dist.irecv(rt, left)]
+                for r in reqs:
+                    r.wait()
+
+            def check():
+                ac.fill_periodic(sa, ac.pattern_base(rank))
+                ra.fill(-1.0)
+                shift()
+                return ac.count_wrong(ra, ac.pattern_base(left))
+
+            return ac.Case(count * ac.ELEM, shift, check)
+
         c = ac.piece_count(size, n)
 
         if op == "allgather":
