@@ -428,6 +428,38 @@ func hvd_recv_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, sh
 	return C.int64_t(v)
 }
 
+// hvd_send sends tensor to dst and blocks until it is delivered (send_async + wait on the calling thread, without a hand-off).
+//
+//export hvd_send
+func hvd_send(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, dst C.int32_t, tag C.int64_t, processSet C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_send: %v", r)))
+		}
+	}()
+	v, err := implSend(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(dst), int64(tag), int32(processSet))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_recv receives into tensor from src, blocking (recv_async + wait on the calling thread).
+//
+//export hvd_recv
+func hvd_recv(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, src C.int32_t, tag C.int64_t, processSet C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_recv: %v", r)))
+		}
+	}()
+	v, err := implRecv(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(src), int64(tag), int32(processSet))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
 // hvd_barrier blocks until every member of the process set has called it.
 //
 //export hvd_barrier

@@ -334,15 +334,36 @@ func implRecvAsync(in unsafe.Pointer, dtype int32, shape []int64, src int32, tag
 	return p2pAsync("recv", in, dtype, shape, src, tag, set)
 }
 
-func p2pAsync(op string, in unsafe.Pointer, dtype int32, shape []int64, peer int32, tag int64, set int32) (int64, error) {
-	if tag < 0 || tag > math.MaxUint32 {
-		return 0, fmt.Errorf("%w: %s: tag %d is outside 0 .. 2^32-1", sdk.ErrInvalidArgument, op, tag)
-	}
-	_, ps, err := processSet(set)
+func implSend(in unsafe.Pointer, dtype int32, shape []int64, dst int32, tag int64, set int32) (int32, error) {
+	ps, t, err := p2pArgs("send", in, dtype, shape, tag, set)
 	if err != nil {
 		return 0, err
 	}
+	return 0, ps.Send(t, int(dst), uint32(tag))
+}
+
+func implRecv(in unsafe.Pointer, dtype int32, shape []int64, src int32, tag int64, set int32) (int32, error) {
+	ps, t, err := p2pArgs("recv", in, dtype, shape, tag, set)
+	if err != nil {
+		return 0, err
+	}
+	return 0, ps.Recv(t, int(src), uint32(tag))
+}
+
+func p2pArgs(op string, in unsafe.Pointer, dtype int32, shape []int64, tag int64, set int32) (*sdk.ProcessSet, sdk.Tensor, error) {
+	if tag < 0 || tag > math.MaxUint32 {
+		return nil, sdk.Tensor{}, fmt.Errorf("%w: %s: tag %d is outside 0 .. 2^32-1", sdk.ErrInvalidArgument, op, tag)
+	}
+	_, ps, err := processSet(set)
+	if err != nil {
+		return nil, sdk.Tensor{}, err
+	}
 	t, err := tensorAt(in, dtype, shape)
+	return ps, t, err
+}
+
+func p2pAsync(op string, in unsafe.Pointer, dtype int32, shape []int64, peer int32, tag int64, set int32) (int64, error) {
+	ps, t, err := p2pArgs(op, in, dtype, shape, tag, set)
 	if err != nil {
 		return 0, err
 	}

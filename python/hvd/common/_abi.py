@@ -115,6 +115,10 @@ def bind(lib, raise_error):
     lib.hvd_send_async.restype = ctypes.c_int64
     lib.hvd_recv_async.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
     lib.hvd_recv_async.restype = ctypes.c_int64
+    lib.hvd_send.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
+    lib.hvd_send.restype = ctypes.c_int32
+    lib.hvd_recv.argtypes = [ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
+    lib.hvd_recv.restype = ctypes.c_int32
     lib.hvd_barrier.argtypes = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
     lib.hvd_barrier.restype = ctypes.c_int32
     lib.hvd_join.argtypes = [ctypes.c_char_p, ctypes.c_int64]
@@ -374,6 +378,26 @@ def recv_async(tensor, dtype, shape, src, tag, process_set):
     _shape, _shape_len = _array(ctypes.c_int64, shape)
     _err = ctypes.create_string_buffer(ERR_LEN)
     _r = _lib.hvd_recv_async(tensor, dtype, _shape, _shape_len, src, tag, process_set, _err, ERR_LEN)
+    if _r < 0:
+        _raise(-_r, _err.value.decode('utf-8', 'replace'), 'call')
+    return _r
+
+
+def send(tensor, dtype, shape, dst, tag, process_set):
+    """sends tensor to dst and blocks until it is delivered (send_async + wait on the calling thread, without a hand-off)."""
+    _shape, _shape_len = _array(ctypes.c_int64, shape)
+    _err = ctypes.create_string_buffer(ERR_LEN)
+    _r = _lib.hvd_send(tensor, dtype, _shape, _shape_len, dst, tag, process_set, _err, ERR_LEN)
+    if _r < 0:
+        _raise(-_r, _err.value.decode('utf-8', 'replace'), 'call')
+    return _r
+
+
+def recv(tensor, dtype, shape, src, tag, process_set):
+    """receives into tensor from src, blocking (recv_async + wait on the calling thread)."""
+    _shape, _shape_len = _array(ctypes.c_int64, shape)
+    _err = ctypes.create_string_buffer(ERR_LEN)
+    _r = _lib.hvd_recv(tensor, dtype, _shape, _shape_len, src, tag, process_set, _err, ERR_LEN)
     if _r < 0:
         _raise(-_r, _err.value.decode('utf-8', 'replace'), 'call')
     return _r

@@ -56,6 +56,27 @@ def isend(tensor, dst, tag=0, process_set=global_process_set):
     return _track(handle, (tensor, buf), lambda: tensor)
 
 
+def _send_blocking(tensor, dst, tag, process_set):
+    _check_tensor(tensor)
+    _check_peer(dst, 'dst')
+    _check_tag(tag)
+    buf = _contig(tensor.detach())
+    ptr, dt, shape = _desc(buf)
+    _abi.send(ptr, dt, shape, dst, tag, _set_id(process_set))
+
+
+def _recv_blocking(tensor, src, tag, process_set):
+    _check_tensor(tensor)
+    _check_peer(src, 'src')
+    _check_tag(tag)
+    dst = tensor.detach()
+    buf = _contig(dst)
+    ptr, dt, shape = _desc(buf)
+    _abi.recv(ptr, dt, shape, src, tag, _set_id(process_set))
+    _copy_back(dst, buf)
+    return tensor
+
+
 def irecv(tensor, src, tag=0, process_set=global_process_set):
     """Posts a receive into ``tensor`` from global rank ``src`` and returns a
     handle at once; ``synchronize(handle)`` waits and returns ``tensor``,
@@ -77,13 +98,13 @@ class _SendWithGrad(torch.autograd.Function):
     def forward(ctx, tensor, dst, tag, process_set):
         ctx.dst, ctx.tag, ctx.process_set = dst, tag, process_set
         ctx.shape, ctx.dtype = tensor.shape, tensor.dtype
-        synchronize(isend(tensor, dst, tag, process_set))
+        _send_blocking(tensor, dst, tag, process_set)
         return torch.zeros((), dtype=tensor.dtype)
 
     @staticmethod
     def backward(ctx, _anchor_grad):
         grad = torch.empty(ctx.shape, dtype=ctx.dtype)
-        synchronize(irecv(grad, ctx.dst, ctx.tag, ctx.process_set))
+        _recv_blocking(grad, ctx.dst, ctx.tag, ctx.process_set)
         return grad, None, None, None
 
 
@@ -99,7 +120,7 @@ class _RecvWithGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        synchronize(isend(_contig(grad), ctx.src, ctx.tag, ctx.process_set))
+        _send_blocking(grad, ctx.src, ctx.tag, ctx.process_set)
         return None, None, None, None, None
 
 
@@ -116,7 +137,7 @@ def send(tensor, dst, tag=0, process_set=global_process_set):
         _check_peer(dst, 'dst')
         _check_tag(tag)
         return _SendWithGrad.apply(tensor, dst, tag, process_set)
-    synchronize(isend(tensor, dst, tag, process_set))
+    _send_blocking(tensor, dst, tag, process_set)
     return None
 
 
@@ -126,7 +147,7 @@ def recv(tensor, src, tag=0, process_set=global_process_set, requires_grad=False
     values that is part of the autograd graph: when the backward pass
     reaches it, its gradient is sent back to ``src`` (same tag and set),
     where ``send``'s anchor receives it."""
-    synchronize(irecv(tensor, src, tag, process_set))
+    _recv_blocking(tensor, src, tag, process_set)
     if not requires_grad:
         return tensor
     anchor = torch.empty(0, requires_grad=True)
