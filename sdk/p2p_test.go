@@ -161,10 +161,12 @@ func TestP2PErrors(t *testing.T) {
 		errs := make([]error, 2)
 		each(t, ws, func(w *World) error {
 			ps := w.GlobalProcessSet()
+			// 256 KiB: above shm's eager size, so the sender waits for
+			// the receiver and sees the failure too.
 			if w.Rank() == 0 {
-				errs[0] = ps.Send(TensorOf([]int32{1, 2}), 1, 3)
+				errs[0] = ps.Send(TensorOf(make([]int32, 64<<10)), 1, 3)
 			} else {
-				errs[1] = ps.Recv(TensorOf(make([]int32, 2)), 0, 4)
+				errs[1] = ps.Recv(TensorOf(make([]int32, 64<<10)), 0, 4)
 			}
 			return nil
 		})
@@ -172,7 +174,7 @@ func TestP2PErrors(t *testing.T) {
 			t.Errorf("receiver of a mismatched tag: %v", errs[1])
 		}
 		if errs[0] == nil && o.env["HVD_BACKEND"] == "shm" {
-			t.Errorf("sender of a mismatched tag on shm (rendezvous) succeeded")
+			t.Errorf("sender of a mismatched tag on shm (rendezvous above 16 KiB) succeeded")
 		}
 	})
 	p2pBackends(t, func(t *testing.T, o worldOpts) {
@@ -193,5 +195,33 @@ func TestP2PErrors(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a receive from a rank that shut down still waits after 20 s")
 		}
+	})
+}
+
+// TestP2PSmallSendsAreEager: on every backend, a small blocking send
+// returns before the receiver posts anything (shm copies up to 16 KiB
+// through the segment, one message in flight per pair; TCP has the socket
+// buffer), so two ranks may both send a small message first.
+func TestP2PSmallSendsAreEager(t *testing.T) {
+	p2pBackends(t, func(t *testing.T, o worldOpts) {
+		ws := mustWorlds(t, 2, o)
+		each(t, ws, func(w *World) error {
+			ps, peer := w.GlobalProcessSet(), 1-w.Rank()
+			for k := 0; k < 1; k++ {
+				if err := ps.Send(TensorOf(pattern(w.Rank(), peer, k, 16<<10)), peer, uint32(k)); err != nil {
+					return err
+				}
+			}
+			for k := 0; k < 1; k++ {
+				buf := make([]byte, 16<<10)
+				if err := ps.Recv(TensorOf(buf), peer, uint32(k)); err != nil {
+					return err
+				}
+				if err := checkPattern(buf, peer, w.Rank(), k); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
 }

@@ -89,7 +89,7 @@ type Config struct {
 
 const (
 	magic   = 0x6876645f73686d31 // "hvd_shm1"
-	version = 1
+	version = 2                  // 2: eager point-to-point areas
 
 	defaultSlotBytes  = 256 << 10
 	defaultSmallBytes = 64 << 10
@@ -122,6 +122,12 @@ const (
 	ctlMailbox  = 512 // n × 64 B: seq, tag, len, addr (p2p from this rank to j)
 	// then n × 64 B of acks: p2p messages from j this rank consumed
 
+	// eager point-to-point: per destination, the mailbox's mode word says
+	// whether the payload is in the sender's eager area (copied) or in its
+	// memory (read with CMA: rendezvous).
+	mailMode  = 32
+	modeEager = 1
+
 	// slot header
 	slotTag    = 0
 	slotLen    = 8
@@ -153,6 +159,7 @@ type Comm struct {
 	small       int
 	chunk       int
 	rankBytes   int
+	eagerBytes  int // point-to-point messages up to this size are copied (eager)
 	ctrlBytes   int
 	slotHdr     int
 	opTimeout   time.Duration
@@ -272,7 +279,8 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c.small = min(c.small, c.slotBytes)
 	c.slotHdr = (slotCounts + 8*c.size + 4095) &^ 4095
 	c.ctrlBytes = (ctlMailbox + 128*c.size + 4095) &^ 4095
-	c.rankBytes = c.ctrlBytes + 2*(c.slotHdr+c.slotBytes)
+	c.eagerBytes = eagerBytesFor(c.size)
+	c.rankBytes = c.ctrlBytes + 2*(c.slotHdr+c.slotBytes) + c.size*c.eagerBytes
 	segBytes := hdrBytes + c.size*c.rankBytes
 	c.sendSeq = make([]uint64, c.size)
 	c.recvSeq = make([]uint64, c.size)
@@ -467,6 +475,18 @@ func (c *Comm) Close() error {
 }
 
 // layout helpers
+
+// eagerBytesFor is the eager area per (sender, destination) pair: 16 KiB,
+// less when many ranks share the host (at most 1 MiB per rank in all).
+func eagerBytesFor(size int) int {
+	return min(16<<10, max(256, (1<<20)/max(size, 1)&^63))
+}
+
+// eagerArea is rank src's eager buffer for messages to dst.
+func (c *Comm) eagerArea(src, dst, n int) []byte {
+	off := c.ctl(src) + c.ctrlBytes + 2*(c.slotHdr+c.slotBytes) + dst*c.eagerBytes
+	return c.seg.mem[off : off+n : off+n]
+}
 
 func (c *Comm) ctl(r int) int { return hdrBytes + r*c.rankBytes }
 

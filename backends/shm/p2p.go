@@ -12,7 +12,10 @@ import (
 // address) in its mailbox for the receiver and waits for the receiver's
 // acknowledgement; the receiver reads the bytes straight from the sender's
 // buffer. One copy, rendezvous semantics: Send returns once the receiver
-// has the data.
+// has the data. Small messages (eagerBytes, 16 KiB for up to 64 ranks) are
+// copied through the segment instead, and Send returns at once — when the
+// previous message to that rank was consumed: one message in flight per
+// pair.
 //
 // Each (peer, direction) has its own mailbox and counters, so a send to one
 // rank, a send to another, receives and a collective may run concurrently
@@ -43,7 +46,10 @@ func (c *Comm) p2pBegin(op string, peer int, locks []sync.Mutex) (func(), error)
 	}, nil
 }
 
-// Send delivers buf to rank dst.
+// Send delivers buf to rank dst. Messages up to eagerBytes are copied into
+// this rank's eager area for dst and Send returns at once (it first waits
+// until dst consumed the previous message, whose area it reuses); larger
+// ones are read by the receiver from buf, and Send waits for that.
 func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
 	done, err := c.p2pBegin("send to", dst, c.sendMu)
 	if err != nil {
@@ -53,18 +59,35 @@ func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
 	c.sendSeq[dst]++
 	s := c.sendSeq[dst]
 	m := c.mailbox(c.rank, dst)
+	a := c.seg.u64(c.ack(dst, c.rank))
+	consumed := func(k uint64) func() int {
+		return func() int {
+			if a.Load() < k {
+				return dst
+			}
+			return -1
+		}
+	}
+	// The mailbox (and eager area) of message s-1 is free once dst took it.
+	if err := c.await("send", consumed(s-1)); err != nil {
+		return err
+	}
+	eager := len(buf) <= c.eagerBytes
 	c.seg.u64(m + 8).Store(uint64(tag))
 	c.seg.u64(m + 16).Store(uint64(len(buf)))
-	c.seg.u64(m + 24).Store(addrOf(buf))
+	if eager {
+		copy(c.eagerArea(c.rank, dst, len(buf)), buf)
+		c.seg.u64(m + mailMode).Store(modeEager)
+	} else {
+		c.seg.u64(m + 24).Store(addrOf(buf))
+		c.seg.u64(m + mailMode).Store(0)
+	}
 	c.seg.u64(m).Store(s)
 	c.ring()
-	a := c.seg.u64(c.ack(dst, c.rank))
-	err = c.await("send", func() int {
-		if a.Load() < s {
-			return dst
-		}
-		return -1
-	})
+	if eager {
+		return nil
+	}
+	err = c.await("send", consumed(s))
 	runtime.KeepAlive(buf) // the receiver reads it until it acknowledges
 	return err
 }
@@ -91,7 +114,9 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 	if gotTag != tag || n != len(buf) {
 		return c.fail("recv", src, reasonProto, fmt.Sprintf("sent %d bytes with tag %d, rank %s expects %d bytes with tag %d", n, gotTag, c.who(c.rank), len(buf), tag))
 	}
-	if err := c.readPeer("recv", src, buf, uintptr(c.seg.u64(m+24).Load())); err != nil {
+	if c.seg.u64(m+mailMode).Load() == modeEager {
+		copy(buf, c.eagerArea(src, c.rank, n))
+	} else if err := c.readPeer("recv", src, buf, uintptr(c.seg.u64(m+24).Load())); err != nil {
 		return err
 	}
 	c.recvSeq[src] = s
