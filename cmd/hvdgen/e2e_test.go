@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/codegen/spec"
 )
 
 // End to end: a real libhvd.so, a fresh virtualenv, pip, hvdrun, and the
@@ -192,4 +196,55 @@ func checkTrained(t *testing.T, out, lossRE, final string) {
 		t.Fatalf("loss did not fall: %v\n%s", losses, out)
 	}
 	t.Logf("losses %v", losses)
+}
+
+// The generated split job of a factory model runs under hvdrun from another
+// working directory (the generated model.py imports the user's module from
+// the project directory) and matches the single-process reference.
+func TestSplitFactoryJobTrainsUnderHvdrun(t *testing.T) {
+	needTorch(t)
+	lib, hvdrun := realBuild(t)
+	site := t.TempDir()
+	if out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--target", site, "pytorch"); code != 0 {
+		t.Fatalf("install: %d\n%s\n%s", code, out, errOut)
+	}
+	s := spec.Default(spec.PyTorch)
+	s.Generate = []string{spec.GenSplit}
+	s.Model = &spec.Model{Factory: "nets:mlp"}
+	s.Parallel = &spec.Parallel{Stages: 3, DataParallel: 1, MicroBatches: 4, Schedule: spec.OneFOneB}
+	yaml := splitProject(t, s, map[string]string{"nets.py": netsPy})
+	if out, errOut, code := run(t, "generate", "--plugin-dir", pluginDirForTests, "--python", systemPython, "-f", yaml); code != 0 {
+		t.Fatalf("generate: exit %d\n%s\n%s", code, out, errOut)
+	}
+	train := filepath.Join(filepath.Dir(yaml), DefaultSplitOut, "train.py")
+	elsewhere, dumps := t.TempDir(), t.TempDir()
+	env := []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"}
+	if out, err := cmdOut(t, 3*time.Minute, elsewhere, env, hvdrun, "-np", "3", systemPython, train,
+		"--steps", "5", "--dtype", "float64", "--dump", filepath.Join(dumps, "pipe.npz")); err != nil {
+		t.Fatalf("pipeline job: %v\n%s", err, out)
+	}
+	if out, err := cmdOut(t, time.Minute, elsewhere, env, systemPython, train,
+		"--reference", "--steps", "5", "--dtype", "float64", "--dump", filepath.Join(dumps, "ref.npz")); err != nil {
+		t.Fatalf("reference: %v\n%s", err, out)
+	}
+	losses := func(name string) []float64 {
+		var m struct{ Losses []float64 }
+		data, err := os.ReadFile(filepath.Join(dumps, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m.Losses
+	}
+	pipe, ref := losses("pipe.json"), losses("ref.json")
+	if len(pipe) != 5 || len(ref) != 5 {
+		t.Fatalf("losses: pipeline %v, reference %v", pipe, ref)
+	}
+	for i := range ref {
+		if d := math.Abs(pipe[i]-ref[i]) / math.Abs(ref[i]); d > 1e-9 {
+			t.Errorf("step %d: pipeline loss %v, reference %v (relative %.2g)", i, pipe[i], ref[i], d)
+		}
+	}
 }

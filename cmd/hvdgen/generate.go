@@ -31,15 +31,41 @@ under "generate:":
    bindings      the hvd.<framework> Python package: installed by
                  "hvdgen plugin install <framework>" (it needs the target
                  environment), so generate only says so
-   split         the model-parallel split: not built yet (issue 7)
+   split         the model-parallel job for "model" and "parallel": the
+                 framework's plugin (found and checked as plugin install
+                 does) partitions the layers into stages and writes the
+                 per-stage modules, the pipeline schedule, the process-set
+                 topology and a train.py into --out (default: split/ next
+                 to hvd.yaml); the partition and topology tables are
+                 printed. A factory model (model.factory: module:function)
+                 is imported and measured in --python's interpreter (the
+                 spec's directory first on sys.path): PyTorch only.
+
+Every file is reported as create, update, unchanged or remove (a file the
+split generator wrote earlier and no longer generates; it keeps a list in
+<out>/.hvdgen-split and never overwrites a file it did not write, unless
+--force). Progress goes to stderr.
+
+Exit status: 2 for a bad spec, a model the generator cannot split (unknown
+layer type, shapes that do not chain, a factory that fails to import) or
+--np not matching the layout; 3 when the plugin is missing or does not
+match SHA256SUMS; 4 when the interpreter lacks the framework a factory
+model needs; 1 otherwise.
 
 Examples:
    hvdgen generate                  # hvd.yaml in the current directory
    hvdgen generate -f conf/hvd.yaml
-   hvdgen generate --dry-run        # show the diff of every file that would change, write nothing`,
+   hvdgen generate --dry-run        # show the diff of every file that would change, write nothing
+   hvdgen generate --np 4           # also check that the layout needs 4 ranks
+   hvdgen generate --python ~/venv/bin/python --out pipeline   # inspect a factory model in a venv`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Value: "hvd.yaml", Usage: "the spec file", EnvVars: []string{"HVDGEN_FILE"}},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the diff of what would be written or removed, write nothing"},
+			&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "where split writes its project (default: " + DefaultSplitOut + "/ in the spec's directory)", EnvVars: []string{"HVDGEN_OUT"}},
+			&cli.IntFlag{Name: "np", Usage: "the number of ranks the job will run with: an error unless it is stages × data_parallel", DefaultText: "not checked", EnvVars: []string{"HVDGEN_NP"}},
+			&cli.BoolFlag{Name: "force", Usage: "let split overwrite files in --out that it did not write", EnvVars: []string{"HVDGEN_FORCE"}},
+			&cli.StringFlag{Name: "python", Usage: "the Python interpreter a factory model is inspected in (default: python3 on PATH)", EnvVars: []string{"HVDGEN_PYTHON"}},
+			pluginDirFlag(), timeoutFlag(),
 		},
 		Action: runGenerate,
 	}
@@ -58,6 +84,9 @@ func runGenerate(cCtx *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s is not a valid spec:\n%v", errUsage, path, err)
 	}
+	if err := checkNP(cCtx, s, path); err != nil {
+		return err
+	}
 	dir := filepath.Dir(path)
 	ran := 0
 	for _, g := range s.Generate {
@@ -70,7 +99,10 @@ func runGenerate(cCtx *cli.Context) error {
 		case spec.GenBindings:
 			progress(cCtx, "bindings: the hvd.%s package is installed per environment: hvdgen plugin install %s", s.Framework, s.Framework)
 		case spec.GenSplit:
-			return fmt.Errorf("the split generator is not available yet (issue 7); remove %q from %s's generate list", g, path)
+			if err := genSplit(cCtx, s, path, data); err != nil {
+				return err
+			}
+			ran++
 		}
 	}
 	if ran == 0 {

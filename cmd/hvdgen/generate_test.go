@@ -107,12 +107,6 @@ func TestGenerateSpecErrors(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, "hvdgen init") {
 		t.Fatalf("missing file: exit %d\n%s", code, errOut)
 	}
-	split := filepath.Join(dir, "split.yaml")
-	y, _ := spec.Marshal(spec.Default(spec.PyTorch))
-	os.WriteFile(split, bytes.Replace(y, []byte("- bindings"), []byte("- split"), 1), 0o644)
-	if _, errOut, code = run(t, "generate", "-f", split); code != 1 || !strings.Contains(errOut, "not available yet") {
-		t.Fatalf("split: exit %d\n%s", code, errOut)
-	}
 }
 
 func TestLineDiff(t *testing.T) {

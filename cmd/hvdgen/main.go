@@ -5,15 +5,19 @@
 //	hvdgen plugin list --python venv/bin/python
 //	hvdgen plugin verify --python venv/bin/python
 //	hvdgen plugin uninstall --python venv/bin/python
+//	hvdgen generate --np 4                         # the generators hvd.yaml lists (go-bindings, split)
 //
 // Framework plugins (hvd-plugin-pytorch, …) are separate binaries that
 // hvdgen finds next to itself (or in --plugin-dir), checks against the
 // SHA256SUMS file there, and starts over go-plugin (see sdk/plugin).
 //
-// Exit status: 0 on success; 1 for other failures; 2 for usage errors; 3
-// when a plugin is missing or does not match its checksum; 4 when the
-// framework is not importable in the interpreter or its version is not
-// supported; 5 when `plugin verify` finds files that do not match RECORD.
+// Exit status: 0 on success; 1 for other failures; 2 for usage errors and
+// for input the generators reject (a bad hvd.yaml, a model split cannot
+// cut, --np not matching the layout); 3 when a plugin is missing or does
+// not match its checksum; 4 when the framework is not importable in the
+// interpreter or its version is not supported (plugin install, or a
+// factory model's interpreter in generate); 5 when `plugin verify` finds
+// files that do not match RECORD.
 package main
 
 import (

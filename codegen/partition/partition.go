@@ -174,15 +174,24 @@ func (p *Plan) Table() string {
 		if i < len(p.Stages)-1 {
 			send = humanBytes(st.SendBytes)
 		}
-		fmt.Fprintf(&b, "| %d | %d–%d: %s | %d | %s | %g | %.1f %% | %s |\n",
-			i, st.First, st.End-1, strings.Join(names, ", "), st.Params, humanBytes(4*st.Params), st.Cost, 100*share, send)
+		fmt.Fprintf(&b, "| %d | %d–%d: %s | %d | %s | %s | %.1f %% | %s |\n",
+			i, st.First, st.End-1, strings.Join(names, ", "), st.Params, humanBytes(4*st.Params), cost(st.Cost), 100*share, send)
 	}
 	ideal := 0.0
 	if len(p.Stages) > 0 {
 		ideal = p.Total / float64(len(p.Stages))
 	}
-	fmt.Fprintf(&b, "\nBottleneck stage cost %g (a perfect split would give %g: %.1f %% above it).\n", p.MaxCost, ideal, pctAbove(p.MaxCost, ideal))
+	fmt.Fprintf(&b, "\nBottleneck stage cost %s (a perfect split would give %s: %.1f %% above it).\n", cost(p.MaxCost), cost(ideal), pctAbove(p.MaxCost, ideal))
 	return b.String()
+}
+
+// cost prints a cost with at most 4 significant digits (3626.67 -> 3627,
+// 0.012345 -> 0.01235), without an exponent below 1e9.
+func cost(v float64) string {
+	if v >= 1e4 && v < 1e9 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.4g", v)
 }
 
 func pctAbove(v, ideal float64) float64 {

@@ -66,6 +66,14 @@ func Marshal(s *Spec) ([]byte, error) {
 			add(n, "layers", layers, "The layers in order: type, constructor args, and optional hints\n"+
 				"(cost: relative compute cost, params: parameter count) for the partitioner.")
 		}
+		if m.InputShape != nil {
+			shape := seqNode()
+			shape.Style = yaml.FlowStyle
+			for _, d := range m.InputShape {
+				shape.Content = append(shape.Content, intNode(int64(d)))
+			}
+			add(n, "input_shape", shape, "The shape of one input sample, without the batch dimension.")
+		}
 		add(root, "model", n, "The model the split generator cuts into pipeline stages.")
 	}
 	if p := s.Parallel; p != nil {

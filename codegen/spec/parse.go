@@ -273,7 +273,9 @@ const (
 	wantGo        = "a mapping with package and output"
 	wantGoPackage = "a Go package pattern such as ./... or ./model"
 	wantGoOutput  = "a Go file name such as " + DefaultGoOutput
-	wantModel     = "a mapping with layers (a list) or factory (module:function)"
+	wantModel     = "a mapping with layers (a list) or factory (module:function), and optional input_shape"
+	wantShape     = "a list of positive integers: the shape of one input sample without the batch dimension, e.g. [784] or [3, 32, 32]"
+	wantDim       = "a positive integer (one dimension of the input sample)"
 	wantLayers    = "a list of layers, each a mapping with type and optional args, cost and params"
 	wantLayer     = "a layer: a mapping with type and optional args, cost and params"
 	wantType      = "a layer type such as Linear or nn.Linear"
@@ -339,6 +341,7 @@ func (p *parser) top(root *yaml.Node) bool {
 			if p.mapping(n, path, wantModel, []field{
 				{"layers", false, wantLayers, func(n *yaml.Node, path string) { m.Layers = p.layers(n, path) }},
 				{"factory", false, wantFactory, func(n *yaml.Node, path string) { m.Factory, _ = p.str(n, path, wantFactory) }},
+				{"input_shape", false, wantShape, func(n *yaml.Node, path string) { m.InputShape = p.shape(n, path) }},
 			}) {
 				s.Model = m
 			}
@@ -404,6 +407,44 @@ func (p *parser) layers(n *yaml.Node, path string) []Layer {
 				}
 			}},
 		})
+	}
+	return out
+}
+
+// shape reads model.input_shape: a list of integers (their ranges are
+// checked by validation). An empty list reads as an empty, non-nil slice,
+// which validation rejects.
+func (p *parser) shape(n *yaml.Node, path string) []int {
+	n = deref(n)
+	p.at(n, path)
+	if n.Kind != yaml.SequenceNode {
+		p.expected(n, path, wantShape)
+		return nil
+	}
+	out := make([]int, 0, len(n.Content))
+	ok := true
+	for i, c := range n.Content {
+		if p.values++; p.values > maxValues {
+			if p.values == maxValues+1 {
+				p.fail(c, path, "more than %d values (aliases expanded); the spec is too large", maxValues)
+			}
+			return nil
+		}
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		v, vok := p.integer(c, ip, wantDim)
+		if vok && v < 1 {
+			p.fail(c, ip, "expected %s, got %d", wantDim, v)
+			vok = false
+		}
+		if vok && v > MaxInputElems {
+			p.fail(c, ip, "%s is more than the %d elements a sample may have", describe(c), MaxInputElems)
+			vok = false
+		}
+		ok = ok && vok
+		out = append(out, clampInt(v))
+	}
+	if !ok {
+		p.s.bad[path] = true
 	}
 	return out
 }

@@ -118,7 +118,20 @@ type GoConfig struct {
 type Model struct {
 	Layers  []Layer
 	Factory string
+	// InputShape is the shape of one input sample, without the batch
+	// dimension (e.g. [784], or [3, 32, 32] for images); nil when not
+	// given. A factory model needs it (its inspection runs a sample batch
+	// through the model) unless its first layer is a Linear, whose
+	// in_features gives it; declared layers may give it to fix the shapes
+	// the generated code and the partitioner's activation sizes use.
+	InputShape []int
 }
+
+// Limits on model.input_shape.
+const (
+	MaxInputRank  = 8       // dimensions
+	MaxInputElems = 1 << 30 // elements per sample (the product of the dimensions)
+)
 
 // Layer is one layer of the model.
 type Layer struct {
@@ -217,6 +230,9 @@ func Default(fw Framework) *Spec {
 			{Type: linear, Args: denseArgs(fw, 64, 4)},
 		}
 	}
+	// Keras' Dense infers its input size: the sample shape tells the split
+	// generator (and documents the model's input for the others).
+	s.Model.InputShape = []int{16}
 	s.Parallel = &Parallel{Stages: 2, DataParallel: 1, MicroBatches: 4, Schedule: OneFOneB}
 	return s
 }

@@ -337,3 +337,36 @@ func TestErrorFormat(t *testing.T) {
 		}
 	}
 }
+
+// model.input_shape built in Go: checked by Validate, written by Marshal,
+// read back by Parse.
+func TestInputShape(t *testing.T) {
+	s := Default(PyTorch)
+	s.Model.InputShape = []int{16}
+	out, err := Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(out, []byte("input_shape: [16]")) {
+		t.Fatalf("no input_shape in:\n%s", out)
+	}
+	checkRoundTrip(t, s, out)
+	got, _ := Parse("hvd.yaml", out)
+	if !reflect.DeepEqual(got.Model.InputShape, []int{16}) {
+		t.Fatalf("input_shape read back as %v", got.Model.InputShape)
+	}
+	for _, c := range []struct {
+		shape []int
+		want  string
+	}{
+		{[]int{}, "model.input_shape: expected at least one dimension"},
+		{[]int{3, 0}, "model.input_shape[1]: expected a positive integer"},
+		{[]int{1, 1, 1, 1, 1, 1, 1, 1, 1}, "9 dimensions is more than the 8"},
+		{[]int{1 << 20, 1 << 20}, "more than 1073741824 elements per sample"},
+	} {
+		s.Model.InputShape = c.shape
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("input_shape %v: got %v, want %q", c.shape, err, c.want)
+		}
+	}
+}

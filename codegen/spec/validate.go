@@ -199,6 +199,7 @@ func (c *checker) model() {
 	case len(m.Layers) == 0:
 		c.errf("model.layers", "expected at least one layer")
 	}
+	c.inputShape(m.InputShape)
 	for i, l := range m.Layers {
 		lp := fmt.Sprintf("model.layers[%d]", i)
 		if c.s.bad[lp] {
@@ -227,6 +228,38 @@ func (c *checker) model() {
 		if l.Params != nil && *l.Params < 0 {
 			c.errf(lp+".params", "expected %s, got %d", wantParams, *l.Params)
 		}
+	}
+}
+
+// inputShape checks model.input_shape: 1..MaxInputRank positive
+// dimensions whose product is at most MaxInputElems.
+func (c *checker) inputShape(shape []int) {
+	const path = "model.input_shape"
+	_, given := c.s.pos[path]
+	if shape == nil && !given || c.s.bad[path] {
+		return
+	}
+	switch {
+	case len(shape) == 0:
+		c.errf(path, "expected at least one dimension: %s", wantShape)
+		return
+	case len(shape) > MaxInputRank:
+		c.errf(path, "%d dimensions is more than the %d this hvdgen supports", len(shape), MaxInputRank)
+		return
+	}
+	elems, ok := 1, true
+	for i, d := range shape {
+		if d < 1 {
+			c.errf(fmt.Sprintf("%s[%d]", path, i), "expected %s, got %d", wantDim, d)
+			ok = false
+			continue
+		}
+		if elems <= MaxInputElems {
+			elems *= min(d, MaxInputElems+1)
+		}
+	}
+	if ok && elems > MaxInputElems {
+		c.errf(path, "%v is more than %d elements per sample", shape, MaxInputElems)
 	}
 }
 

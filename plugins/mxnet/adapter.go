@@ -3,16 +3,28 @@ package main
 import (
 	_ "embed"
 
+	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
+	"github.com/hvdorg/hvd/plugins/internal/splitgen"
+	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
 //go:embed templates/__init__.py.tmpl
 var initTemplate string
 
 // adapter is the MXNet plugin: hvd.common, hvd.numpy and hvd.mxnet rendered
-// from templates/__init__.py.tmpl.
-func adapter() pypkg.Templated {
+// from templates/__init__.py.tmpl (kind "package"), and the split generator
+// for declared layers (kind "split"; a factory model is refused: it would
+// have to be imported and run under MXNet, which this plugin cannot do).
+func adapter() plugin.FrameworkAdapter {
+	return splitgen.WithSplit(templated(), spec.MXNet, nil, refused)
+}
+
+// refused says why a factory model cannot be split.
+const refused = "MXNet models cannot be inspected by hvd-plugin-mxnet (it has never run under MXNet, which cannot be installed where it was built)"
+
+func templated() pypkg.Templated {
 	return pypkg.Templated{
 		Name: "mxnet",
 		Framework: pyprobe.Framework{

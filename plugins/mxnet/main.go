@@ -9,7 +9,11 @@
 //     variants, allgather, broadcast/broadcast_, alltoall, reducescatter on
 //     mx.nd.NDArray, each with MXNet's `priority` argument, process sets,
 //     DistributedOptimizer, DistributedTrainer, broadcast_parameters) on the
-//     numpy-level core, rendered from templates/__init__.py.tmpl.
+//     numpy-level core, rendered from templates/__init__.py.tmpl;
+//   - generate "split": the model-parallel job for an hvd.yaml with declared
+//     layers (codegen/split, golden-tested and byte-compiled there, never
+//     run); a factory model is refused with a positioned error asking for
+//     declared layers (inspecting it would mean running MXNet).
 //
 // What was checked: MXNet cannot be installed on the machines this was
 // built on, so the generated module has never run under real MXNet. Its

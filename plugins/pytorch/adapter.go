@@ -5,8 +5,10 @@ import (
 	"fmt"
 
 	"github.com/hvdorg/hvd/codegen/scaffold"
+	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
+	"github.com/hvdorg/hvd/plugins/internal/splitgen"
 	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
@@ -30,7 +32,7 @@ func (adapter) Describe(context.Context) (*plugin.Description, error) {
 		FrameworkVersions: framework.Supported.String(),
 		DTypes:            []string{"uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64", "bool"},
 		Devices:           []string{"cpu"},
-		GenerateKinds:     []string{plugin.KindPackage, plugin.KindScaffold},
+		GenerateKinds:     []string{plugin.KindPackage, plugin.KindScaffold, plugin.KindSplit},
 	}, nil
 }
 
@@ -38,8 +40,12 @@ func (adapter) Probe(ctx context.Context, req plugin.ProbeRequest) (*plugin.Prob
 	return pyprobe.Probe(ctx, req.Python, framework)
 }
 
-func (adapter) Generate(_ context.Context, req plugin.GenerateRequest) (*plugin.FileSet, error) {
+func (adapter) Generate(ctx context.Context, req plugin.GenerateRequest) (*plugin.FileSet, error) {
 	switch req.Kind {
+	case plugin.KindSplit:
+		// Declared layers come from split.Catalogue; a factory model is
+		// imported and measured in the request's interpreter.
+		return splitgen.Generate(ctx, req, spec.PyTorch, inspectFactory, "")
 	case plugin.KindPackage:
 		return pypkg.Select(append(pypkg.Core, "hvd/torch")...)
 	case plugin.KindScaffold:
@@ -53,6 +59,6 @@ func (adapter) Generate(_ context.Context, req plugin.GenerateRequest) (*plugin.
 		}
 		return set, set.Validate()
 	default:
-		return nil, fmt.Errorf("%w: pytorch answers %q and %q, not %q", plugin.ErrUnsupportedKind, plugin.KindPackage, plugin.KindScaffold, req.Kind)
+		return nil, fmt.Errorf("%w: pytorch answers %q, %q and %q, not %q", plugin.ErrUnsupportedKind, plugin.KindPackage, plugin.KindScaffold, plugin.KindSplit, req.Kind)
 	}
 }

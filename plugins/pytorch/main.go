@@ -7,7 +7,12 @@
 //   - generate "package": the hvd Python package with hvd.common and
 //     hvd.torch (the sources in python/hvd, embedded);
 //   - generate "scaffold": a starter project (as `hvdgen init --framework
-//     pytorch`).
+//     pytorch`);
+//   - generate "split": the model-parallel job for an hvd.yaml (package
+//     codegen/split). Declared layers come from split.Catalogue; a factory
+//     model (model.factory) is imported, run on a sample batch and timed
+//     layer by layer in the request's interpreter by inspect_model.py
+//     (embedded), see inspect.go.
 //
 // `hvd-plugin-pytorch describe` prints the description as JSON.
 package main

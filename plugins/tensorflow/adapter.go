@@ -3,16 +3,29 @@ package main
 import (
 	_ "embed"
 
+	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
+	"github.com/hvdorg/hvd/plugins/internal/splitgen"
+	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
 //go:embed templates/__init__.py.tmpl
 var initTemplate string
 
 // adapter is the TensorFlow plugin: hvd.common, hvd.numpy and hvd.tensorflow
-// rendered from templates/__init__.py.tmpl.
-func adapter() pypkg.Templated {
+// rendered from templates/__init__.py.tmpl (kind "package"), and the split
+// generator for declared layers (kind "split"; a factory model is refused:
+// it would have to be imported and run under TensorFlow, which this plugin
+// cannot do).
+func adapter() plugin.FrameworkAdapter {
+	return splitgen.WithSplit(templated(), spec.TensorFlow, nil, refused)
+}
+
+// refused says why a factory model cannot be split.
+const refused = "TensorFlow models cannot be inspected by hvd-plugin-tensorflow (it has never run under TensorFlow, which cannot be installed where it was built)"
+
+func templated() pypkg.Templated {
 	return pypkg.Templated{
 		Name: "tensorflow",
 		Framework: pyprobe.Framework{

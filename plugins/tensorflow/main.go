@@ -8,7 +8,11 @@
 //     hvd.tensorflow — Horovod's TF2 API (allreduce, allgather, broadcast,
 //     alltoall, reducescatter on tf.Tensor, process sets,
 //     DistributedGradientTape, broadcast_variables) on the numpy-level
-//     core, rendered from templates/__init__.py.tmpl.
+//     core, rendered from templates/__init__.py.tmpl;
+//   - generate "split": the model-parallel job for an hvd.yaml with declared
+//     layers (codegen/split, golden-tested and byte-compiled there, never
+//     run); a factory model is refused with a positioned error asking for
+//     declared layers (inspecting it would mean running TensorFlow).
 //
 // What was checked: TensorFlow cannot be installed on the machines this was
 // built on, so the generated module has never run under real TensorFlow.

@@ -22,6 +22,23 @@ const (
 	KindSplit    = "split"    // model-parallel split code for an hvd.yaml spec
 )
 
+// Options of a KindSplit request (GenerateRequest.Options). All optional.
+const (
+	// OptionPython is the interpreter a plugin runs to inspect a factory
+	// model (a path, or a name on the plugin's PATH; default python3).
+	OptionPython = "python"
+	// OptionSpecFile is the spec's file name as the user gave it; the
+	// plugin's error messages start with it (default hvd.yaml).
+	OptionSpecFile = "spec_file"
+	// OptionSpecDir is the absolute directory of the spec: a factory's
+	// module is imported from there first (and the inspection runs there).
+	OptionSpecDir = "spec_dir"
+	// OptionImportRoot is the spec's directory relative to the directory
+	// the generated files are written to (slash-separated, e.g. ".."): the
+	// generated code imports a factory's module from there.
+	OptionImportRoot = "import_root"
+)
+
 // FrameworkAdapter is what a framework plugin implements and what a host
 // gets back from Launch. Implementations must be safe for concurrent use;
 // they must not write to stdout (go-plugin owns it) and should log through

@@ -80,7 +80,7 @@ func generateRequestFromProto(p *pb.GenerateRequest) GenerateRequest {
 }
 
 func fileSetToProto(s *FileSet) *pb.GenerateResponse {
-	out := &pb.GenerateResponse{Files: make([]*pb.File, len(s.Files))}
+	out := &pb.GenerateResponse{Files: make([]*pb.File, len(s.Files)), Summary: s.Summary}
 	for i, f := range s.Files {
 		out.Files[i] = &pb.File{Path: f.Path, Data: f.Data, Mode: uint32(f.Mode)}
 	}
@@ -88,7 +88,7 @@ func fileSetToProto(s *FileSet) *pb.GenerateResponse {
 }
 
 func fileSetFromProto(p *pb.GenerateResponse) *FileSet {
-	out := &FileSet{Files: make([]File, len(p.GetFiles()))}
+	out := &FileSet{Files: make([]File, len(p.GetFiles())), Summary: p.GetSummary()}
 	for i, f := range p.GetFiles() {
 		out.Files[i] = File{Path: f.GetPath(), Data: f.GetData(), Mode: fs.FileMode(f.GetMode())}
 	}

@@ -19,6 +19,10 @@ type File struct {
 // FileSet is what Generate returns: files in Path order.
 type FileSet struct {
 	Files []File
+	// Summary is text for the user that the host prints after writing
+	// the files and never writes itself (the split generator's partition
+	// and topology tables). Optional.
+	Summary string
 }
 
 // Add appends a file with mode 0644 and returns the set.

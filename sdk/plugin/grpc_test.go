@@ -71,7 +71,7 @@ func TestInProcessRoundTrip(t *testing.T) {
 	gen := &FileSet{Files: []File{
 		{Path: "hvd/__init__.py", Data: []byte("x = 1\n"), Mode: 0o644},
 		{Path: "hvd/plugins/tool", Data: []byte{0, 1, 2, 255}, Mode: 0o755},
-	}}
+	}, Summary: "stage  layers\n0      0-1\n"}
 	var gotReq ProbeRequest
 	a := dispense(t, &inproc{desc: fullDescription, gen: gen, probeFn: func(r ProbeRequest) (*ProbeResult, error) {
 		gotReq = r

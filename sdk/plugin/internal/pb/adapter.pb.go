@@ -466,8 +466,12 @@ func (x *File) GetMode() uint32 {
 }
 
 type GenerateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Files         []*File                `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Files []*File                `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	// Text for the user that the host prints and does not write, e.g. the
+	// split generator's partition and topology tables. May be empty (a
+	// plugin without it leaves it empty; a host without it ignores it).
+	Summary       string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -509,6 +513,13 @@ func (x *GenerateResponse) GetFiles() []*File {
 	return nil
 }
 
+func (x *GenerateResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 var File_adapter_proto protoreflect.FileDescriptor
 
 const file_adapter_proto_rawDesc = "" +
@@ -548,9 +559,10 @@ const file_adapter_proto_rawDesc = "" +
 	"\x04File\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
-	"\x04mode\x18\x03 \x01(\rR\x04mode\"=\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\"W\n" +
 	"\x10GenerateResponse\x12)\n" +
-	"\x05files\x18\x01 \x03(\v2\x13.hvd.plugin.v1.FileR\x05files2\xe7\x01\n" +
+	"\x05files\x18\x01 \x03(\v2\x13.hvd.plugin.v1.FileR\x05files\x12\x18\n" +
+	"\asummary\x18\x02 \x01(\tR\asummary2\xe7\x01\n" +
 	"\aAdapter\x12K\n" +
 	"\bDescribe\x12\x1e.hvd.plugin.v1.DescribeRequest\x1a\x1f.hvd.plugin.v1.DescribeResponse\x12B\n" +
 	"\x05Probe\x12\x1b.hvd.plugin.v1.ProbeRequest\x1a\x1c.hvd.plugin.v1.ProbeResponse\x12K\n" +
