@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 
-OP_ORDER = ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "barrier"]
+OP_ORDER = ["allreduce", "allgather", "broadcast", "reducescatter", "alltoall", "barrier", "sendrecv"]
 _ALIASES = {
     "all_reduce": "allreduce",
     "all_gather": "allgather",

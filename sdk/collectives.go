@@ -47,7 +47,7 @@ type Handle struct {
 // for grouped ops; see Outputs).
 func (h *Handle) Wait() (Tensor, error) {
 	if h.p2p != nil {
-		<-h.p2p.done
+		h.p2p.wait()
 		if h.p2p.err != nil {
 			return Tensor{}, h.p2p.err
 		}

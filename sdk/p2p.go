@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
+	"time"
 )
 
 // Point-to-point messages on a process set, blocking (Send, Recv) and
@@ -44,6 +46,27 @@ type p2pOp struct {
 	done chan struct{}
 	err  error
 	t    Tensor
+}
+
+// p2pSpin is how long Wait polls before it blocks: a waiter woken through
+// the scheduler costs tens of µs on small VMs, more than a small message.
+const p2pSpin = 30 * time.Microsecond
+
+// wait blocks until the op has finished, polling for p2pSpin first.
+func (o *p2pOp) wait() {
+	start := time.Now()
+	for i := 0; ; i++ {
+		select {
+		case <-o.done:
+			return
+		default:
+		}
+		if i&15 == 15 && time.Since(start) > p2pSpin {
+			break
+		}
+		runtime.Gosched()
+	}
+	<-o.done
 }
 
 func (q *p2pQueues) get(k p2pKey) *p2pQueue {
