@@ -177,6 +177,32 @@ type Communicator interface {
 	Close() error
 }
 
+// P2PTrier is implemented by backends that can attempt a point-to-point
+// op without waiting (shm). A false result means nothing happened: the op
+// must be issued again (as a blocking Send/Recv). The SDK uses it to finish
+// non-blocking sends and receives on the caller's thread when they can
+// complete at once (an eager send with room, a message already there).
+type P2PTrier interface {
+	TrySend(buf []byte, dst int, tag uint32) (bool, error)
+	TryRecv(buf []byte, src int, tag uint32) (bool, error)
+}
+
+// SendPoster is implemented by backends whose large sends are read by the
+// receiver from the sender's memory (shm): PostSend publishes the message
+// without waiting and returns the wait for the receiver to have read it
+// (posted false: nothing happened, send normally). The buffer must not
+// change until wait returns.
+type SendPoster interface {
+	PostSend(buf []byte, dst int, tag uint32) (wait func() error, posted bool, err error)
+}
+
+// SendRecver is implemented by backends that progress a send and a receive
+// together on the calling goroutine (MPI_Sendrecv): two ranks exchanging
+// large messages with it cannot deadlock, and no second thread is needed.
+type SendRecver interface {
+	SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int, rtag uint32) error
+}
+
 // Messenger is implemented by backends that move variable-length control
 // messages in one hop (the engine's negotiation). Both are collective.
 type Messenger interface {

@@ -188,9 +188,76 @@ func Cases(size int, o Options) []Case {
 		cs = append(cs, sendRecvCase(n))
 	}
 	for _, n := range []int{8, 1<<20 + 5} {
-		cs = append(cs, concurrentP2PCase(n, 3))
+		cs = append(cs, concurrentP2PCase(n, 3), sendRecvPairCase(n))
 	}
+	cs = append(cs, tryP2PCase())
 	return cs
+}
+
+// sendRecvPairCase: backends with SendRecv exchange around the ring with
+// it (every rank sends right and receives from the left at once: blocking
+// sends would deadlock on large messages), then with a single partner
+// (dst == src) when the size is even.
+func sendRecvPairCase(n int) Case {
+	return Case{fmt.Sprintf("sendrecv-combined/%d", n), func(c backends.Communicator) error {
+		sr, ok := c.(backends.SendRecver)
+		size, me := c.Size(), c.Rank()
+		if !ok || size == 1 {
+			return nil
+		}
+		right, left := (me+1)%size, (me-1+size)%size
+		in := make([]byte, n)
+		for k := 0; k < 2; k++ {
+			if err := sr.SendRecv(fill(backends.Uint8, me+k, n, 0), right, uint32(k), in, left, uint32(k)); err != nil {
+				return err
+			}
+			if err := diff("ring message", in, fill(backends.Uint8, left+k, n, 0), 1); err != nil {
+				return err
+			}
+		}
+		if size%2 == 0 {
+			partner := me ^ 1
+			if err := sr.SendRecv(fill(backends.Uint8, me, n, 3), partner, 9, in, partner, 9); err != nil {
+				return err
+			}
+			return diff("partner message", in, fill(backends.Uint8, partner, n, 3), 1)
+		}
+		return nil
+	}}
+}
+
+// tryP2PCase: backends with TrySend/TryRecv: nothing to receive yet is
+// false; a small send with room completes at once; then the message is
+// there; a large send (rendezvous) is not attempted.
+func tryP2PCase() Case {
+	return Case{"p2p-try", func(c backends.Communicator) error {
+		tr, ok := c.(backends.P2PTrier)
+		size, me := c.Size(), c.Rank()
+		if !ok || size == 1 {
+			return nil
+		}
+		right, left := (me+1)%size, (me-1+size)%size
+		in := make([]byte, 100)
+		if got, err := tr.TryRecv(in, left, 4); got || err != nil {
+			return fmt.Errorf("TryRecv before anything was sent: %v, %v", got, err)
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		if got, err := tr.TrySend(fill(backends.Uint8, me, 100, 1), right, 4); !got || err != nil {
+			return fmt.Errorf("TrySend of 100 bytes to a rank that consumed everything: %v, %v", got, err)
+		}
+		if got, err := tr.TrySend(make([]byte, 4<<20), right, 5); got || err != nil {
+			return fmt.Errorf("TrySend of 4 MiB (rendezvous): %v, %v", got, err)
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		if got, err := tr.TryRecv(in, left, 4); !got || err != nil {
+			return fmt.Errorf("TryRecv of a sent message: %v, %v", got, err)
+		}
+		return diff("tried message", in, fill(backends.Uint8, left, 100, 1), 1)
+	}}
 }
 
 // concurrentP2PCase: every rank sends msgs messages to every other rank and

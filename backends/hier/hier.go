@@ -525,3 +525,20 @@ func (c *Comm) getScratch2(n int) []byte {
 	}
 	return c.scratch2[:n]
 }
+
+// SendRecv implements backends.SendRecver through Flat (or a send on a
+// second goroutine when Flat has no SendRecv).
+func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int, rtag uint32) error {
+	return c.flatCall(func() error {
+		if sr, ok := c.flat.(backends.SendRecver); ok {
+			return sr.SendRecv(sbuf, dst, stag, rbuf, src, rtag)
+		}
+		errc := make(chan error, 1)
+		go func() { errc <- c.flat.Send(sbuf, dst, stag) }()
+		err := c.flat.Recv(rbuf, src, rtag)
+		if e := <-errc; err == nil {
+			err = e
+		}
+		return err
+	})
+}

@@ -476,10 +476,11 @@ func (c *Comm) Close() error {
 
 // layout helpers
 
-// eagerBytesFor is the eager area per (sender, destination) pair: 16 KiB,
-// less when many ranks share the host (at most 1 MiB per rank in all).
+// eagerBytesFor is the eager area per (sender, destination) pair: 64 KiB
+// (a pipeline's typical activation), less beyond 16 ranks on the host (at
+// most 1 MiB per rank in all).
 func eagerBytesFor(size int) int {
-	return min(16<<10, max(256, (1<<20)/max(size, 1)&^63))
+	return min(64<<10, max(256, (1<<20)/max(size, 1)&^63))
 }
 
 // eagerArea is rank src's eager buffer for messages to dst.

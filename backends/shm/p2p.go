@@ -12,7 +12,7 @@ import (
 // address) in its mailbox for the receiver and waits for the receiver's
 // acknowledgement; the receiver reads the bytes straight from the sender's
 // buffer. One copy, rendezvous semantics: Send returns once the receiver
-// has the data. Small messages (eagerBytes, 16 KiB for up to 64 ranks) are
+// has the data. Small messages (eagerBytes, 64 KiB for up to 16 ranks) are
 // copied through the segment instead, and Send returns at once — when the
 // previous message to that rank was consumed: one message in flight per
 // pair.
@@ -58,7 +58,6 @@ func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
 	defer done()
 	c.sendSeq[dst]++
 	s := c.sendSeq[dst]
-	m := c.mailbox(c.rank, dst)
 	a := c.seg.u64(c.ack(dst, c.rank))
 	consumed := func(k uint64) func() int {
 		return func() int {
@@ -73,17 +72,7 @@ func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
 		return err
 	}
 	eager := len(buf) <= c.eagerBytes
-	c.seg.u64(m + 8).Store(uint64(tag))
-	c.seg.u64(m + 16).Store(uint64(len(buf)))
-	if eager {
-		copy(c.eagerArea(c.rank, dst, len(buf)), buf)
-		c.seg.u64(m + mailMode).Store(modeEager)
-	} else {
-		c.seg.u64(m + 24).Store(addrOf(buf))
-		c.seg.u64(m + mailMode).Store(0)
-	}
-	c.seg.u64(m).Store(s)
-	c.ring()
+	c.publishSend(buf, dst, tag, s)
 	if eager {
 		return nil
 	}
@@ -110,6 +99,88 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 	}); err != nil {
 		return err
 	}
+	return c.consume(buf, src, tag, s)
+}
+
+// p2pTryBegin is p2pBegin without waiting for the pair's lock: ok is false
+// when another op of that pair and direction is running.
+func (c *Comm) p2pTryBegin(op string, peer int, locks []sync.Mutex) (done func(), ok bool, err error) {
+	if peer < 0 || peer >= c.size || peer == c.rank {
+		return nil, false, fmt.Errorf("%w: %s rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, op, peer, c.size, c.rank)
+	}
+	if !c.p2pMu.TryRLock() {
+		return nil, false, nil
+	}
+	if err := c.usable(op); err != nil {
+		c.p2pMu.RUnlock()
+		return nil, false, err
+	}
+	if !locks[peer].TryLock() {
+		c.p2pMu.RUnlock()
+		return nil, false, nil
+	}
+	return func() {
+		locks[peer].Unlock()
+		c.p2pMu.RUnlock()
+	}, true, nil
+}
+
+// TrySend implements backends.P2PTrier: an eager message (up to
+// eagerBytes) is copied and published if dst consumed the previous one;
+// anything else returns false at once, having done nothing.
+func (c *Comm) TrySend(buf []byte, dst int, tag uint32) (bool, error) {
+	if len(buf) > c.eagerBytes {
+		return false, nil
+	}
+	done, ok, err := c.p2pTryBegin("send to", dst, c.sendMu)
+	if !ok {
+		return false, err
+	}
+	defer done()
+	s := c.sendSeq[dst] + 1
+	if c.seg.u64(c.ack(dst, c.rank)).Load() < s-1 {
+		return false, nil
+	}
+	c.sendSeq[dst] = s
+	c.publishSend(buf, dst, tag, s)
+	return true, nil
+}
+
+// publishSend writes message s for dst into the mailbox (eager: its bytes
+// into the eager area; else buf's address) and rings.
+func (c *Comm) publishSend(buf []byte, dst int, tag uint32, s uint64) {
+	m := c.mailbox(c.rank, dst)
+	c.seg.u64(m + 8).Store(uint64(tag))
+	c.seg.u64(m + 16).Store(uint64(len(buf)))
+	if len(buf) <= c.eagerBytes {
+		copy(c.eagerArea(c.rank, dst, len(buf)), buf)
+		c.seg.u64(m + mailMode).Store(modeEager)
+	} else {
+		c.seg.u64(m + 24).Store(addrOf(buf))
+		c.seg.u64(m + mailMode).Store(0)
+	}
+	c.seg.u64(m).Store(s)
+	c.ring()
+}
+
+// TryRecv implements backends.P2PTrier: it receives the next message from
+// src if it has been published, else returns false having done nothing.
+func (c *Comm) TryRecv(buf []byte, src int, tag uint32) (bool, error) {
+	done, ok, err := c.p2pTryBegin("recv from", src, c.recvMu)
+	if !ok {
+		return false, err
+	}
+	defer done()
+	s := c.recvSeq[src] + 1
+	if c.seg.u64(c.mailbox(src, c.rank)).Load() < s {
+		return false, nil
+	}
+	return true, c.consume(buf, src, tag, s)
+}
+
+// consume reads published message s from src into buf and acknowledges it.
+func (c *Comm) consume(buf []byte, src int, tag uint32, s uint64) error {
+	m := c.mailbox(src, c.rank)
 	gotTag, n := uint32(c.seg.u64(m+8).Load()), int(c.seg.u64(m+16).Load())
 	if gotTag != tag || n != len(buf) {
 		return c.fail("recv", src, reasonProto, fmt.Sprintf("sent %d bytes with tag %d, rank %s expects %d bytes with tag %d", n, gotTag, c.who(c.rank), len(buf), tag))
@@ -122,4 +193,87 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 	c.recvSeq[src] = s
 	c.publishAt(c.ack(c.rank, src), s)
 	return nil
+}
+
+// SendRecv implements backends.SendRecver: a send to dst and a receive from
+// src (dst may equal src) progressed together on the calling goroutine, as
+// MPI_Sendrecv: neither waits for the other to finish first, so two ranks
+// exchanging large messages with it cannot deadlock.
+func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int, rtag uint32) error {
+	sdone, err := c.p2pBegin("send to", dst, c.sendMu)
+	if err != nil {
+		return err
+	}
+	defer sdone()
+	if src < 0 || src >= c.size || src == c.rank {
+		return fmt.Errorf("%w: recv from rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, src, c.size, c.rank)
+	}
+	c.recvMu[src].Lock() // p2pMu is held (shared) already
+	defer c.recvMu[src].Unlock()
+	s := c.sendSeq[dst] + 1
+	c.sendSeq[dst] = s
+	r := c.recvSeq[src] + 1
+	ack, seq := c.seg.u64(c.ack(dst, c.rank)), c.seg.u64(c.mailbox(src, c.rank))
+	published, received := false, false
+	var rerr error
+	err = c.await("sendrecv", func() int {
+		if !published && ack.Load() >= s-1 {
+			c.publishSend(sbuf, dst, stag, s)
+			published = true
+		}
+		if !received && seq.Load() >= r {
+			rerr = c.consume(rbuf, src, rtag, r)
+			received = true
+			if rerr != nil {
+				return -1
+			}
+		}
+		switch {
+		case !published:
+			return dst
+		case !received:
+			return src
+		case len(sbuf) > c.eagerBytes && ack.Load() < s:
+			return dst
+		}
+		return -1
+	})
+	runtime.KeepAlive(sbuf)
+	if rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// PostSend implements backends.SendPoster: a message above eagerBytes is
+// published (its address, for the receiver to read) if dst consumed the
+// previous one, without waiting; wait then blocks until dst has read it.
+// buf must not change until wait returns nil. posted is false (and nothing
+// happened) when the pair is busy or dst has not consumed the previous
+// message.
+func (c *Comm) PostSend(buf []byte, dst int, tag uint32) (wait func() error, posted bool, err error) {
+	done, ok, err := c.p2pTryBegin("send to", dst, c.sendMu)
+	if !ok {
+		return nil, false, err
+	}
+	defer done()
+	s := c.sendSeq[dst] + 1
+	a := c.seg.u64(c.ack(dst, c.rank))
+	if a.Load() < s-1 {
+		return nil, false, nil
+	}
+	c.sendSeq[dst] = s
+	c.publishSend(buf, dst, tag, s)
+	return func() error {
+		c.p2pMu.RLock()
+		defer c.p2pMu.RUnlock()
+		err := c.await("send", func() int {
+			if a.Load() < s {
+				return dst
+			}
+			return -1
+		})
+		runtime.KeepAlive(buf)
+		return err
+	}, true, nil
 }

@@ -66,3 +66,24 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 	p.p2pRecvd++
 	return c.run("recv", []*xfer{x})
 }
+
+// SendRecv implements backends.SendRecver: both transfers in one progress
+// loop on the calling goroutine.
+func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int, rtag uint32) error {
+	sdone, err := c.p2pBegin("send to", dst, c.sendMu)
+	if err != nil {
+		return err
+	}
+	defer sdone()
+	if err := c.checkPeer("receive from", src); err != nil {
+		return err
+	}
+	c.recvMu[src].Lock() // mu is held (shared) already
+	defer c.recvMu[src].Unlock()
+	ps, pr := c.peers[dst], c.peers[src]
+	xs := c.sendTo(dst, kindP2P, ps.p2pSent, stag, sbuf)
+	ps.p2pSent++
+	xr := c.recvFrom(src, kindP2P, pr.p2pRecvd, rtag, rbuf)
+	pr.p2pRecvd++
+	return c.run("sendrecv", []*xfer{xs, xr})
+}

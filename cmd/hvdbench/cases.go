@@ -121,6 +121,9 @@ func newCase(b *bench, size int64) (*benchCase, error) {
 		right, left := (me+1)%n, (me+n-1)%n
 		errc := make(chan error, 1)
 		shift := func() error {
+			if sr, ok := c.(backends.SendRecver); ok { // MPI_Sendrecv, one thread
+				return sr.SendRecv(send, right, 1, recv, left, 1)
+			}
 			go func() { errc <- c.Send(send, right, 1) }()
 			err := c.Recv(recv, left, 1)
 			if e := <-errc; err == nil {

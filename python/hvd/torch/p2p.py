@@ -13,7 +13,7 @@ forms isend/irecv, in the shape of torch.distributed's (Horovod has none).
 * Every posted isend/irecv progresses on its own, per peer and direction,
   so posting a receive from a neighbour and a send to it in any order never
   deadlocks. A send may complete only when the receiver has the data (on
-  shared memory, above 16 KiB, it always waits for the receiver), so code
+  shared memory, above 64 KiB, it always waits for the receiver), so code
   must not rely on a blocking ``send`` returning before the matching
   ``recv`` is posted: post the receive first, or use ``isend``.
 * Tensors are CPU tensors, used in place (no copy when contiguous); the
