@@ -5,7 +5,7 @@ BIN     := bin
 NP      ?= 3
 PYNP    ?= 2
 
-.PHONY: all build run run-go python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
+.PHONY: all build run run-go run-split python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
@@ -21,6 +21,17 @@ build:
 # (examples/pytorch); installs Debian's python3-torch when it is missing.
 run: build python torch
 	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np $(PYNP) $(PYTHON) examples/pytorch/train.py
+
+# The model-parallel example: hvdgen generates the pipeline job for
+# examples/split/hvd.yaml into build/split, which trains under hvdrun (NP
+# ranks = stages x data_parallel) and is compared with the same model run
+# in one process (float64, 20 steps).
+SPLIT_NP ?= 2
+run-split: build python plugins torch
+	$(BIN)/hvdgen generate -f examples/split/hvd.yaml --plugin-dir $(BIN) --python $(PYTHON) --out $(CURDIR)/build/split --np $(SPLIT_NP)
+	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np $(SPLIT_NP) $(PYTHON) build/split/train.py --steps 20 --dtype float64 --dump build/split/pipeline.npz
+	PYTHONPATH=$(PYBUILD) $(PYTHON) build/split/train.py --reference --steps 20 --dtype float64 --dump build/split/reference.npz
+	$(PYTHON) examples/split/compare.py build/split/pipeline.npz build/split/reference.npz
 
 # The Go example: linear regression through the Go SDK.
 run-go: build

@@ -146,16 +146,18 @@ func TestEndToEnd(t *testing.T) {
 			})
 		}
 	}
-	// Started with the wrong number of processes, the job stops at once on
-	// every rank with the command that would start it right.
+	// Started with the wrong number of processes, the job stops at once
+	// with the command that would start it right (every rank checks; the
+	// first to exit makes hvdrun stop the others, so some may not get to
+	// print it), and nothing trains.
 	t.Run("wrong-np", func(t *testing.T) {
 		r := generate(t, cases[0]) // 2 stages × 2 replicas
 		dir := t.TempDir()
 		writeFiles(t, dir, r)
 		out, code := run(t, dir, 2*time.Minute, env, hvdrun, "-np", "3", python, "train.py", "--steps", "1")
 		want := "this job was generated for 2 stages x 2 replicas = 4 ranks, but the launcher started 3: run hvdrun -np 4 python train.py"
-		if code == 0 || strings.Count(out, want) != 3 {
-			t.Fatalf("exit %d, want the message from all 3 ranks:\n%s", code, lastLines(out, 30))
+		if code == 0 || strings.Count(out, want) < 1 || strings.Contains(out, "step 0 loss") {
+			t.Fatalf("exit %d, want the message and no training:\n%s", code, lastLines(out, 30))
 		}
 	})
 }

@@ -364,6 +364,144 @@ def test_broadcast_object_allgather_object():
     assert hvd.allgather_object({'r': R, 's': 'x' * R}) == [{'r': r, 's': 'x' * r} for r in range(N)]
 
 
+# ---------------------------------------------------------- point-to-point
+# (hvd.torch's test_p2p.py covers tag and size mismatches, which break a
+# set's point-to-point connections for good; this suite runs with static
+# process sets and has none to spare.)
+
+RIGHT, LEFT = (R + 1) % N, (R - 1) % N
+
+
+def p2p_pattern(frm, to, k, shape, dtype=np.float64):
+    g = np.random.default_rng(1000 * frm + 10 * to + k)
+    return g.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize('dtype', [np.float32, np.float64, np.int32, np.float16, np.bool_, np.uint8])
+def test_p2p_chain_blocking(dtype):
+    """Rank r receives from r-1, then sends to r+1: the message walks the
+    chain (the order that is safe with rendezvous sends)."""
+    shape = (3, 5)
+    want = p2p_pattern(0, 0, 1, shape, dtype)
+    if R > 0:
+        buf = np.zeros(shape, dtype=dtype)
+        got = hvd.recv(buf, R - 1, tag=7)
+        assert got is buf and np.array_equal(buf, want)
+    if R < N - 1:
+        assert hvd.send(want, R + 1, tag=7) is None
+        assert np.array_equal(want, p2p_pattern(0, 0, 1, shape, dtype)), 'send must not modify its input'
+
+
+def test_p2p_neighbours_both_directions_async():
+    """Every rank sends 4 MiB to both neighbours and receives from both,
+    everything posted before any wait (a pipeline stage in 1F1B): posted
+    ops progress independently, so this cannot deadlock."""
+    shape = (512, 1024)  # float64: 4 MiB
+    peers = sorted({RIGHT, LEFT})
+    outs = {(p, k): p2p_pattern(R, p, k, shape) for k in range(2) for p in peers}
+    sends = [(outs[p, k], hvd.isend(outs[p, k], p, tag=k)) for k in range(2) for p in peers]
+    bufs = {(p, k): np.empty(shape) for k in range(2) for p in peers}
+    recvs = [(p, k, hvd.irecv(bufs[p, k], p, tag=k)) for k in range(2) for p in peers]
+    for p, k, h in recvs:
+        out = hvd.synchronize(h)
+        assert out is bufs[p, k]
+        assert np.array_equal(out, p2p_pattern(p, R, k, shape)), (p, k)
+    for arr, h in sends:
+        assert hvd.synchronize(h) is arr
+    assert not any(h in hvd._handle_map for _, h in sends)
+
+
+def test_p2p_noncontiguous_poll_and_arraylike():
+    """A non-contiguous send goes through a contiguous copy; an irecv into a
+    non-contiguous view fills exactly that view; poll turns true; send takes
+    array-likes as the collectives do, ranks and tags numpy integers."""
+    if N == 1:
+        return
+    if R == 0:
+        src = np.arange(12, dtype=np.float32).reshape(3, 4)
+        h = hvd.isend(src, 1, tag=0)
+        kept, buf = hvd._handle_map[h][0]
+        assert kept is src and buf is src, 'a contiguous array is sent from its own memory'
+        hvd.synchronize(h)
+        h = hvd.isend(src.T, 1, tag=1)
+        kept, buf = hvd._handle_map[h][0]
+        assert buf is not kept and buf.flags.c_contiguous, 'a non-contiguous array goes through a copy'
+        hvd.synchronize(h)
+        hvd.send([1, 2, 3], np.int64(1), tag=np.uint32(2))  # array-like: int64
+    elif R == 1:
+        first = np.zeros((3, 4), dtype=np.float32)
+        assert hvd.recv(first, 0, tag=0) is first and first.ravel().tolist() == list(range(12))
+        base = np.zeros((4, 6), dtype=np.float32)
+        view = base[:, ::2]  # 4x3, not contiguous
+        h = hvd.irecv(view, 0, tag=1)
+        while not hvd.poll(h):
+            pass
+        assert hvd.synchronize(h) is view
+        assert np.array_equal(view, np.arange(12, dtype=np.float32).reshape(3, 4).T)
+        assert np.array_equal(base[:, 1::2], np.zeros((4, 3), dtype=np.float32))
+        got = hvd.recv(np.zeros(3, dtype=np.int64), 0, tag=2)
+        assert got.tolist() == [1, 2, 3]
+    hvd.barrier()
+
+
+def test_p2p_process_set_excluding_a_rank():
+    """EVEN excludes rank 1: with 3 ranks, 0 and 2 exchange over it and rank
+    1 is refused; with 2, EVEN is {0} and there is no one to talk to."""
+    if R in EVEN.ranks:
+        others = [r for r in EVEN.ranks if r != R]
+        if others and R == EVEN.ranks[0]:
+            hvd.send(np.full(4, 3.0), others[-1], tag=2, process_set=EVEN)
+            assert hvd.recv(np.zeros(4), others[-1], tag=3, process_set=EVEN).tolist() == [4.0] * 4
+        elif others:
+            assert hvd.recv(np.zeros(4), EVEN.ranks[0], tag=2, process_set=EVEN).tolist() == [3.0] * 4
+            hvd.synchronize(hvd.isend(np.full(4, 4.0), EVEN.ranks[0], tag=3, process_set=EVEN))
+        with pytest.raises(ValueError, match='not a member'):
+            hvd.isend(np.ones(1), 1, process_set=EVEN)  # the destination is outside the set
+        with pytest.raises(ValueError, match='this rank'):
+            hvd.irecv(np.ones(1), R, process_set=EVEN)
+    else:
+        for f in (lambda: hvd.isend(np.ones(1), 0, process_set=EVEN),
+                  lambda: hvd.irecv(np.ones(1), 0, process_set=EVEN),
+                  lambda: hvd.send(np.ones(1), 0, process_set=EVEN),
+                  lambda: hvd.recv(np.ones(1), 0, process_set=EVEN)):
+            with pytest.raises(ValueError, match='not a member'):
+                f()
+    with pytest.raises(ValueError):
+        hvd.isend(np.ones(1), RIGHT, process_set=hvd.ProcessSet([0, 1]))  # never registered
+    hvd.barrier()
+
+
+def test_p2p_argument_errors():
+    with pytest.raises(ValueError, match='this rank'):
+        hvd.isend(np.ones(1), R)
+    with pytest.raises(ValueError, match='this rank'):
+        hvd.recv(np.ones(1), R)
+    with pytest.raises(ValueError, match='rank %d' % (N + 3)):
+        hvd.irecv(np.ones(1), N + 3)
+    with pytest.raises(ValueError, match='rank -1'):
+        hvd.send(np.ones(1), -1)
+    for bad in (-1, 1 << 32, 1.0, True, '0'):
+        with pytest.raises(ValueError, match='tag'):
+            hvd.isend(np.ones(1), RIGHT, tag=bad)
+    for bad in ('1', 1.0, True, None):
+        with pytest.raises(ValueError, match='global rank'):
+            hvd.isend(np.ones(1), bad)
+        with pytest.raises(ValueError, match='global rank'):
+            hvd.recv(np.ones(1), bad)
+    with pytest.raises(TypeError):
+        hvd.irecv([1.0], RIGHT)  # receives write in place: an ndarray
+    with pytest.raises(TypeError):
+        hvd.recv([1.0], RIGHT)
+    ro = np.ones(2)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match='read-only'):
+        hvd.irecv(ro, RIGHT)
+    with pytest.raises(ValueError):
+        hvd.isend(np.ones(2, dtype=np.complex64), RIGHT)
+    with pytest.raises(ValueError):
+        hvd.isend(np.ones(1), RIGHT, process_set=None)
+
+
 # ------------------------------------------------- shutdown (runs last)
 
 def test_shutdown_last():
