@@ -112,9 +112,29 @@ func TestEndToEnd(t *testing.T) {
 	hvdrun, pythonpath := e2eBuild(t)
 	compare, _ := filepath.Abs(filepath.Join("testdata", "sim", "compare.py"))
 	env := []string{"PYTHONPATH=" + pythonpath, "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1"}
+	// Every layout × schedule on the default data plane (shared memory),
+	// and one layout on TCP (other p2p code: sockets, no eager copies).
+	type e2eCase struct {
+		p, d    int
+		sched   spec.Schedule
+		backend string
+	}
+	var cases2 []e2eCase
 	for _, c := range []struct{ p, d int }{{2, 2}, {3, 1}} {
 		for _, sched := range spec.Schedules {
-			t.Run(fmt.Sprintf("%dx%d-%s", c.p, c.d, sched), func(t *testing.T) {
+			cases2 = append(cases2, e2eCase{c.p, c.d, sched, "auto"})
+		}
+	}
+	cases2 = append(cases2, e2eCase{2, 2, spec.OneFOneB, "tcp"})
+	for _, c := range cases2 {
+		sched := c.sched
+		{
+			name := fmt.Sprintf("%dx%d-%s", c.p, c.d, sched)
+			if c.backend != "auto" {
+				name += "-" + c.backend
+			}
+			env := append(env[:len(env):len(env)], "HVD_BACKEND="+c.backend)
+			t.Run(name, func(t *testing.T) {
 				r := generate(t, genCase{name: "e2e", spec: func() *spec.Spec {
 					return withParallel(defaultSpec(spec.PyTorch), c.p, c.d, 4, sched)
 				}})
