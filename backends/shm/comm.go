@@ -79,6 +79,9 @@ type Config struct {
 	Spin time.Duration
 	// LocalSize is the number of ranks on this host (to decide Spin).
 	LocalSize int
+	// NoEager leaves out the eager point-to-point areas (a communicator
+	// that carries no Send/Recv: they then are all rendezvous).
+	NoEager bool
 	// SmallBytes: messages up to this size go through the slots, larger ones
 	// through cross-memory attach (0 = default, HVD_SHM_SMALL_BYTES).
 	SmallBytes int
@@ -279,7 +282,9 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c.small = min(c.small, c.slotBytes)
 	c.slotHdr = (slotCounts + 8*c.size + 4095) &^ 4095
 	c.ctrlBytes = (ctlMailbox + 128*c.size + 4095) &^ 4095
-	c.eagerBytes = eagerBytesFor(c.size)
+	if !cfg.NoEager {
+		c.eagerBytes = eagerBytesFor(c.size)
+	}
 	c.rankBytes = c.ctrlBytes + 2*(c.slotHdr+c.slotBytes) + c.size*c.eagerBytes
 	segBytes := hdrBytes + c.size*c.rankBytes
 	c.sendSeq = make([]uint64, c.size)

@@ -283,3 +283,31 @@ func TestNoSegmentLeftAfterFailedBuild(t *testing.T) {
 		t.Errorf("segments left: before %v, after %v", before, after)
 	}
 }
+
+// Without eager areas (an engine's communicator) every message is
+// rendezvous: a small TrySend does nothing, Send waits for the receiver,
+// and messages still arrive intact; the segment is smaller.
+func TestNoEager(t *testing.T) {
+	cs := newComms(t, 2, func(c *Config) { c.NoEager = true })
+	eager := newComms(t, 2, nil)
+	if cs[0].eagerBytes != 0 || eager[0].eagerBytes != 64<<10 || cs[0].rankBytes >= eager[0].rankBytes {
+		t.Fatalf("eager bytes %d / %d, rank bytes %d / %d", cs[0].eagerBytes, eager[0].eagerBytes, cs[0].rankBytes, eager[0].rankBytes)
+	}
+	if ok, err := cs[0].TrySend([]byte{1, 2, 3}, 1, 0); ok || err != nil {
+		t.Fatalf("TrySend without eager areas: %v, %v", ok, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cs[0].Send([]byte{1, 2, 3}, 1, 7) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a 3-byte Send returned before the receiver took it (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	buf := make([]byte, 3)
+	if err := cs[1].Recv(buf, 0, 7); err != nil || buf[2] != 3 {
+		t.Fatalf("recv: %v %v", buf, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
