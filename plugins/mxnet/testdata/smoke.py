@@ -1,5 +1,6 @@
 """hvd.mxnet on a stand-in mxnet (testdata/fakemx), under hvdrun -np 2:
-the generated glue through hvd.numpy and the engine, checked on every rank."""
+the generated glue through hvd.numpy and the engine, checked on every rank,
+point-to-point included."""
 import numpy as np
 
 import mxnet as mx
@@ -68,6 +69,46 @@ else:
         pass
     else:
         raise SystemExit('allreduce on a set this rank is not in was accepted')
+
+# Point-to-point (n == 2): both directions posted before any wait, then
+# blocking; irecv writes the NDArray when synchronize returns it.
+assert n == 2, 'the smoke test runs on 2 ranks'
+peer = 1 - r
+mine = mx.nd.array(np.full((2, 3), 10.0 * r + 1, np.float32))
+into = mx.nd.array(np.zeros((2, 3), np.float32))
+hs = hvd.isend(mine, peer, tag=3)
+hr = hvd.irecv(into, peer, tag=3)
+got = hvd.synchronize(hr)
+assert got is into and np.all(into.asnumpy() == 10.0 * peer + 1), into.asnumpy()
+assert hvd.synchronize(hs) is mine
+if r == 0:
+    assert hvd.send(mx.nd.array(np.arange(4, dtype=np.int32)), 1, tag=5) is None
+    back = mx.nd.array(np.zeros(4, np.int32))
+    assert hvd.recv(back, 1, tag=6) is back and back.asnumpy().tolist() == [0, 2, 4, 6], back.asnumpy()
+else:
+    v = mx.nd.array(np.zeros(4, np.int32))
+    assert hvd.recv(v, 0, tag=5) is v and v.asnumpy().tolist() == [0, 1, 2, 3], v.asnumpy()
+    hvd.send(mx.nd.array(v.asnumpy() * 2), 0, tag=6)
+h = hvd.isend(mx.nd.array(np.ones(1, np.float64)), peer, tag=7)
+hr = hvd.irecv(mx.nd.array(np.zeros(1, np.float64)), peer, tag=7)
+while not hvd.poll(hr):
+    pass
+assert hvd.synchronize(hr).asnumpy().tolist() == [1.0] and hvd.synchronize(h) is not None
+for bad, what in [(lambda: hvd.isend(x, r), 'this rank'), (lambda: hvd.irecv(x, peer, tag=1 << 32), 'tag'),
+                  (lambda: hvd.recv(x, 0.5), 'global rank'), (lambda: hvd.send(x, 5), 'rank 5'),
+                  (lambda: hvd.isend(x, 0 if r else 1, process_set=ps0), 'not a member')]:
+    try:
+        bad()
+    except ValueError as e:
+        assert what in str(e), e
+    else:
+        raise SystemExit('accepted: ' + what)
+try:
+    hvd.irecv(np.zeros(2), peer)
+except TypeError:
+    pass
+else:
+    raise SystemExit('irecv into a numpy array accepted')
 
 # DistributedOptimizer: gradients summed, rescale_grad divided by n: the mean.
 opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=1.0))

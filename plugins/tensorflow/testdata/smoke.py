@@ -1,6 +1,6 @@
 """hvd.tensorflow on a stand-in tensorflow (testdata/faketf, eager only),
 under hvdrun -np 2: the generated glue through hvd.numpy and the engine,
-checked on every rank."""
+checked on every rank, point-to-point included."""
 import numpy as np
 
 import tensorflow as tf
@@ -68,6 +68,54 @@ tape = hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Sum, sparse_as_dens
 grads = tape.gradient([sparse], srcs[:1])
 assert isinstance(grads[0], tf.Tensor) and grads[0].shape == (n, 2), grads[0]
 assert np.allclose(grads[0].numpy()[:, 0], [k + 1.0 for k in range(n)])
+
+# Point-to-point (n == 2): both directions posted before any wait, then
+# blocking, into a template tensor and into a tf.Variable.
+assert n == 2, 'the smoke test runs on 2 ranks'
+peer = 1 - r
+mine = tf.convert_to_tensor(np.full((2, 3), 10.0 * r + 1, np.float32))
+hs = hvd.isend(mine, peer, tag=3)
+hr = hvd.irecv(tf.zeros((2, 3), dtype=tf.float32), peer, tag=3)
+hv = hvd.irecv(tf.Variable(np.zeros(2, np.float64), name='recv:0'), peer, tag=4)
+hvd.synchronize(hvd.isend(tf.convert_to_tensor(np.array([r, -r], np.float64)), peer, tag=4))
+got = hvd.synchronize(hr)
+assert isinstance(got, tf.Tensor) and got.dtype == tf.float32 and got.shape == (2, 3), got
+assert np.all(got.numpy() == 10.0 * peer + 1), got.numpy()
+var = hvd.synchronize(hv)
+assert isinstance(var, tf.Variable) and var.numpy().tolist() == [peer, -peer], var.numpy()
+assert hvd.synchronize(hs) is mine
+if r == 0:
+    assert hvd.send(tf.convert_to_tensor(np.arange(4, dtype=np.int64)), 1, tag=5) is None
+    back = hvd.recv(tf.zeros((4,), dtype=tf.int64), 1, tag=6)
+    assert isinstance(back, tf.Tensor) and back.dtype == tf.int64 and back.numpy().tolist() == [0, 2, 4, 6], back
+else:
+    v = tf.Variable(np.zeros(4, np.int64), name='p2p:0')
+    assert hvd.recv(v, 0, tag=5) is v and v.numpy().tolist() == [0, 1, 2, 3], v.numpy()
+    hvd.send(v.read_value() * 2, 0, tag=6)
+h = hvd.isend(tf.convert_to_tensor(np.ones(1, np.float32)), peer, tag=7)
+hr = hvd.irecv(tf.zeros((1,), dtype=tf.float32), peer, tag=7)
+while not hvd.poll(hr):
+    pass
+assert hvd.synchronize(hr).numpy().tolist() == [1.0] and hvd.synchronize(h) is not None
+for bad, what in [(lambda: hvd.isend(x, r), 'this rank'), (lambda: hvd.irecv(x, peer, tag=-1), 'tag'),
+                  (lambda: hvd.recv(x, 'peer'), 'global rank'), (lambda: hvd.send(x, 5), 'rank 5'),
+                  (lambda: hvd.isend(tf.convert_to_tensor(np.ones(2, np.complex64)), peer), 'complex64')]:
+    try:
+        bad()
+    except ValueError as e:
+        assert what in str(e), e
+    else:
+        raise SystemExit('accepted: ' + what)
+eager = tf.executing_eagerly
+tf.executing_eagerly = lambda: False  # as inside tf.function
+try:
+    hvd.isend(x, peer)
+except RuntimeError as e:
+    assert 'eager' in str(e), e
+else:
+    raise SystemExit('isend accepted in graph mode')
+finally:
+    tf.executing_eagerly = eager
 
 for bad, what in [(lambda: hvd.allreduce(tf.convert_to_tensor(np.ones(2, np.complex64))), 'complex64'),
                   (lambda: hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Max), 'op'),

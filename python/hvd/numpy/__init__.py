@@ -15,6 +15,14 @@ own. Argument names and semantics are Horovod's:
   returns the output, or ``(output, received_splits)`` when ``splits`` is
   given; ``reducescatter`` gives rank r of n ``d0//n + 1`` rows when
   ``r < d0 % n``, else ``d0//n`` (Sum or Average).
+- Point-to-point, as hvd.torch's (see its p2p module): ``isend(tensor, dst,
+  tag=0, process_set=...)`` and ``irecv(tensor, src, ...)`` return handles
+  (irecv fills ``tensor``, a writable ndarray, in place; ``synchronize``
+  returns it), ``send`` and ``recv`` block. ``dst``/``src`` are global ranks,
+  members of the set, not this rank; tags are 0 .. 2**32-1 and must match
+  the sender's (checked, not searched for); messages between two ranks on
+  one set arrive in the order sent. A size or tag mismatch raises
+  HorovodInternalError and breaks that set's point-to-point connections.
 - Bad arguments, a process set this rank is not in, an unknown set: ValueError
   at call time. Ranks that disagree on shape, dtype, op or root, a dead peer,
   shutdown: HorovodInternalError from ``synchronize`` (on every rank).
@@ -22,7 +30,8 @@ own. Argument names and semantics are Horovod's:
 Memory: an aligned C-contiguous array is handed to the engine by address,
 without a copy: the engine reads inputs from it, writes allreduce outputs
 into an array allocated here and in-place results (``allreduce_``,
-``broadcast_``) into the array itself. Other arrays (non-contiguous views,
+``broadcast_``, ``irecv``/``recv``) into the array itself; sends are read
+from the array itself. Other arrays (non-contiguous views,
 unaligned buffers) are copied into a contiguous one first and, for in-place
 ops, the result is copied back. Allgather, alltoall and reducescatter
 outputs, whose shapes only negotiation knows, are copied once out of the
@@ -153,6 +162,15 @@ def _desc(arr):
 
 
 from hvd.common.handles import track as _track, _handle_map  # noqa: E402,F401
+
+
+def _convert_result(handle, keep, convert):
+    """Re-registers a handle issued here so that ``synchronize`` returns
+    ``convert(result)`` instead of the array, and keeps ``keep`` alive until
+    then (the TensorFlow and MXNet modules hand back framework tensors this
+    way: handles live in one table, hvd.common.handles). Returns handle."""
+    arrays, result = _handle_map[handle]
+    return _track(handle, (arrays, keep), lambda: convert(result()))
 
 
 def _copy_back(dst, src):
@@ -453,6 +471,71 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     outs = synchronize(grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set, prescale_factor,
                                                    postscale_factor))
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ----------------------------------------------------------- point-to-point
+
+def _check_peer(peer, what):
+    if isinstance(peer, bool) or not isinstance(peer, numbers.Integral):
+        raise ValueError('hvd: %s must be a global rank (int), not %r' % (what, peer))
+    return int(peer)
+
+
+def _check_tag(tag):
+    if isinstance(tag, bool) or not isinstance(tag, numbers.Integral) or not 0 <= tag < 1 << 32:
+        raise ValueError('hvd: tag must be an int in 0 .. 2**32-1, not %r' % (tag,))
+    return int(tag)
+
+
+def isend(tensor, dst, tag=0, process_set=global_process_set):
+    """Posts a send of the array to global rank ``dst`` (a member of
+    ``process_set``) and returns a handle at once; ``synchronize(handle)``
+    waits until it is delivered and returns the array. The array must not
+    be modified before then."""
+    arr = _as_array(tensor)
+    dst = _check_peer(dst, 'dst')
+    tag = _check_tag(tag)
+    buf = _contig(arr)
+    ptr, dt, shape = _desc(buf)
+    handle = _abi.send_async(ptr, dt, shape, dst, tag, _set_id(process_set))
+    return _track(handle, (arr, buf), lambda: arr)
+
+
+def irecv(tensor, src, tag=0, process_set=global_process_set):
+    """Posts a receive into the array (written in place, so a writable
+    ndarray) from global rank ``src`` and returns a handle at once;
+    ``synchronize(handle)`` waits and returns the array, filled."""
+    arr = _check_inplace(tensor)
+    src = _check_peer(src, 'src')
+    tag = _check_tag(tag)
+    buf = _contig(arr)
+    ptr, dt, shape = _desc(buf)
+    handle = _abi.recv_async(ptr, dt, shape, src, tag, _set_id(process_set))
+    return _track(handle, (arr, buf), lambda: _copy_back(arr, buf))
+
+
+def send(tensor, dst, tag=0, process_set=global_process_set):
+    """Sends the array to global rank ``dst`` and blocks until it is
+    delivered (or, for small messages, buffered). Returns None. A large send
+    may wait for the matching ``recv``: post receives first, or use isend."""
+    arr = _as_array(tensor)
+    dst = _check_peer(dst, 'dst')
+    tag = _check_tag(tag)
+    buf = _contig(arr)
+    ptr, dt, shape = _desc(buf)
+    _abi.send(ptr, dt, shape, dst, tag, _set_id(process_set))
+
+
+def recv(tensor, src, tag=0, process_set=global_process_set):
+    """Receives into the array (in place) from global rank ``src``, blocking;
+    returns the array."""
+    arr = _check_inplace(tensor)
+    src = _check_peer(src, 'src')
+    tag = _check_tag(tag)
+    buf = _contig(arr)
+    ptr, dt, shape = _desc(buf)
+    _abi.recv(ptr, dt, shape, src, tag, _set_id(process_set))
+    return _copy_back(arr, buf)
 
 
 # ------------------------------------------------ handles, join and barrier
