@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/codegen/spec"
+	"github.com/hvdorg/hvd/codegen/split"
 )
 
 // TestMultiHostNetns runs a 3-rank job on two "hosts" — two network
@@ -92,6 +95,51 @@ func TestMultiHostNetns(t *testing.T) {
 			}
 		}
 	})
+	// The generated 2-stage × 2-replica pipeline job across the two hosts:
+	// stage 0 (ranks 0, 1) on A, stage 1 (ranks 2, 3) on B, so activations
+	// and gradients cross the veth on the pair sets while each stage's
+	// data-parallel set stays inside a host; it must match the
+	// single-process reference.
+	t.Run("split-2x2", func(t *testing.T) {
+		pkg := pythonPackage(t)
+		s := spec.Default(spec.PyTorch)
+		s.Generate = []string{spec.GenSplit}
+		s.Parallel = &spec.Parallel{Stages: 2, DataParallel: 2, MicroBatches: 4, Schedule: spec.OneFOneB}
+		m, err := split.Catalogue(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := split.Generate(s, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		job := t.TempDir()
+		for name, data := range res.Files {
+			if err := os.WriteFile(filepath.Join(job, name), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		train := filepath.Join(job, "train.py")
+		cmd := exec.Command("ip", "netns", "exec", nsA, bin("hvdrun"), "-np", "4", "-H", ipA+":2,"+ipB+":2",
+			"-x", "PYTHONPATH="+pkg, "-x", "PYTHONDONTWRITEBYTECODE=1",
+			python, train, "--steps", "20", "--dtype", "float64", "--dump", filepath.Join(job, "run.npz"))
+		cmd.Env = append(os.Environ(), "HVD_SSH="+sshStub, "HVD_TEST_NETNS_MAP="+hostMap)
+		out, err := runFor(t, cmd, 3*time.Minute)
+		if err != nil || !strings.Contains(out, "step 19 loss") {
+			t.Fatalf("pipeline across hosts (%v):\n%s", err, tail(out, 40))
+		}
+		ref := exec.Command(python, train, "--reference", "--steps", "20", "--dtype", "float64", "--dump", filepath.Join(job, "ref.npz"))
+		ref.Env = append(os.Environ(), "PYTHONPATH="+pkg, "PYTHONDONTWRITEBYTECODE=1")
+		if out, err := runFor(t, ref, time.Minute); err != nil {
+			t.Fatalf("reference: %v\n%s", err, tail(out, 20))
+		}
+		cmp := exec.Command(python, "../examples/split/compare.py", filepath.Join(job, "run.npz"), filepath.Join(job, "ref.npz"))
+		if out, err := runFor(t, cmp, time.Minute); err != nil {
+			t.Fatalf("the job across hosts does not match the reference: %v\n%s", err, out)
+		} else {
+			t.Log(strings.TrimSpace(out))
+		}
+	})
 	// 2 + 2: homogeneous, so the large allreduce takes the split path
 	// (local reduce-scatter, cross allreduce per local rank, local allgather).
 	t.Run("np4", func(t *testing.T) {
@@ -106,4 +154,22 @@ func TestMultiHostNetns(t *testing.T) {
 			}
 		}
 	})
+}
+
+// runFor runs cmd with a deadline (killing it on expiry) and returns its
+// combined output.
+func runFor(t *testing.T, cmd *exec.Cmd, d time.Duration) (string, error) {
+	t.Helper()
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v did not finish within %v:\n%s", cmd.Args, d, tail(string(out), 40))
+	}
+	return string(out), err
 }
