@@ -172,10 +172,10 @@ func (p *Plan) Table() string {
 		}
 		send := "—"
 		if i < len(p.Stages)-1 {
-			send = humanBytes(st.SendBytes)
+			send = HumanBytes(st.SendBytes)
 		}
 		fmt.Fprintf(&b, "| %d | %d–%d: %s | %d | %s | %s | %.1f %% | %s |\n",
-			i, st.First, st.End-1, strings.Join(names, ", "), st.Params, humanBytes(4*st.Params), cost(st.Cost), 100*share, send)
+			i, st.First, st.End-1, strings.Join(names, ", "), st.Params, HumanBytes(4*st.Params), cost(st.Cost), 100*share, send)
 	}
 	ideal := 0.0
 	if len(p.Stages) > 0 {
@@ -201,7 +201,8 @@ func pctAbove(v, ideal float64) float64 {
 	return 100 * (v - ideal) / ideal
 }
 
-func humanBytes(n int64) string {
+// HumanBytes prints a byte count with a binary unit (B, KiB, MiB, GiB).
+func HumanBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

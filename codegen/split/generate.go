@@ -25,6 +25,9 @@ type Result struct {
 	// README.md), for hvdgen to print.
 	Plan  *partition.Plan
 	Table string
+	// Memory estimates each stage's memory at the default batch (Markdown,
+	// also in README.md).
+	Memory string
 	// Topology is the rank layout and its process sets.
 	Topology *topology.Topology
 }
@@ -110,7 +113,7 @@ func Generate(s *spec.Spec, m *Model) (*Result, error) {
 		return nil, spec.ErrorList{s.ErrorAt("parallel", "%v", err)}
 	}
 	d := newData(s, m, plan, topo, fw.title, fw.hvdModule)
-	res := &Result{Files: map[string][]byte{}, Plan: plan, Table: plan.Table(), Topology: topo}
+	res := &Result{Files: map[string][]byte{}, Plan: plan, Table: plan.Table(), Memory: d.MemoryTable, Topology: topo}
 	for _, f := range fw.files {
 		out, err := render(s.Framework, f, d)
 		if err != nil {
@@ -219,6 +222,7 @@ type data struct {
 	Sets                                            []tmplSet
 	DPSets, PipelineSets, PairSets                  string // Python lists of set ids
 	PlanTable, TopologyTable, TopologyTableIndented string
+	MemoryTable                                     string // Markdown: memory per stage at the default batch
 	Bubble                                          string
 }
 
@@ -281,6 +285,7 @@ func newData(s *spec.Spec, m *Model, plan *partition.Plan, topo *topology.Topolo
 		}
 		d.StageList = append(d.StageList, tmplStage{Index: si, First: st.First, End: st.End, In: pyShape(in), Out: pyShape(m.Layers[st.End-1].OutShape), Params: st.Params})
 	}
+	d.MemoryTable = memoryTable(plan, m, pl, d.BatchSize)
 	for i, l := range m.Layers {
 		in := m.InShape
 		if i > 0 {
@@ -385,4 +390,42 @@ func render(fw spec.Framework, file string, d *data) ([]byte, error) {
 		return nil, fmt.Errorf("split: %s: %w", file, err)
 	}
 	return b.Bytes(), nil
+}
+
+// memoryTable estimates each stage's memory in float32 at the default
+// batch: weights and gradients, and the activations autograd keeps for
+// the backward pass (every layer's input, per sample) times the
+// micro-batches a stage holds at once — M with GPipe, P − s with 1F1B.
+func memoryTable(plan *partition.Plan, m *Model, pl *spec.Parallel, batch int) string {
+	const es = 4
+	rows := batch / (pl.DataParallel * pl.MicroBatches)
+	var b strings.Builder
+	fmt.Fprintf(&b, "| stage | weights + gradients | activations kept per sample | micro-batches held (%s) | activations at batch %d (%d rows per micro-batch) |\n", pl.Schedule, batch, rows)
+	b.WriteString("|---|---|---|---|---|\n")
+	for si, st := range plan.Stages {
+		var perSample int64
+		for i := st.First; i < st.End; i++ {
+			in := m.InShape
+			if i > 0 {
+				in = m.Layers[i-1].OutShape
+			}
+			perSample += int64(elems(in)) * es
+		}
+		held := pl.MicroBatches
+		if pl.Schedule == spec.OneFOneB {
+			held = min(len(plan.Stages)-si, pl.MicroBatches)
+		}
+		fmt.Fprintf(&b, "| %d | %s | %s | %d | %s |\n", si, partition.HumanBytes(2*es*st.Params), partition.HumanBytes(perSample),
+			held, partition.HumanBytes(int64(held)*int64(rows)*perSample))
+	}
+	b.WriteString("\nEstimates in float32 (float64 doubles them); optimizer state comes on top (none for SGD, 2× the weights for Adam).\n")
+	return b.String()
+}
+
+func elems(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
 }

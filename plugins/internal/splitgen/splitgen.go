@@ -222,6 +222,11 @@ func summary(res *split.Result) string {
 	var b strings.Builder
 	b.WriteString(strings.TrimRight(res.Table, "\n"))
 	b.WriteString("\n")
+	if res.Memory != "" {
+		b.WriteString("\nMemory per stage (per rank):\n\n")
+		b.WriteString(strings.TrimRight(res.Memory, "\n"))
+		b.WriteString("\n")
+	}
 	if res.Topology != nil {
 		b.WriteString("\n")
 		b.WriteString(strings.TrimRight(res.Topology.Table(), "\n"))
