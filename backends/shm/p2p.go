@@ -132,18 +132,25 @@ func (c *Comm) TrySend(buf []byte, dst int, tag uint32) (bool, error) {
 	if len(buf) > c.eagerBytes {
 		return false, nil
 	}
+	_, ok, err := c.tryPublish(buf, dst, tag)
+	return ok, err
+}
+
+// tryPublish publishes buf as the next message to dst if the pair is free
+// and dst consumed the previous message; it returns the message's number.
+func (c *Comm) tryPublish(buf []byte, dst int, tag uint32) (s uint64, ok bool, err error) {
 	done, ok, err := c.p2pTryBegin("send to", dst, c.sendMu)
 	if !ok {
-		return false, err
+		return 0, false, err
 	}
 	defer done()
-	s := c.sendSeq[dst] + 1
+	s = c.sendSeq[dst] + 1
 	if c.seg.u64(c.ack(dst, c.rank)).Load() < s-1 {
-		return false, nil
+		return 0, false, nil
 	}
 	c.sendSeq[dst] = s
 	c.publishSend(buf, dst, tag, s)
-	return true, nil
+	return s, true, nil
 }
 
 // publishSend writes message s for dst into the mailbox (eager: its bytes
@@ -252,18 +259,11 @@ func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int,
 // happened) when the pair is busy or dst has not consumed the previous
 // message.
 func (c *Comm) PostSend(buf []byte, dst int, tag uint32) (wait func() error, posted bool, err error) {
-	done, ok, err := c.p2pTryBegin("send to", dst, c.sendMu)
+	s, ok, err := c.tryPublish(buf, dst, tag)
 	if !ok {
 		return nil, false, err
 	}
-	defer done()
-	s := c.sendSeq[dst] + 1
 	a := c.seg.u64(c.ack(dst, c.rank))
-	if a.Load() < s-1 {
-		return nil, false, nil
-	}
-	c.sendSeq[dst] = s
-	c.publishSend(buf, dst, tag, s)
 	return func() error {
 		c.p2pMu.RLock()
 		defer c.p2pMu.RUnlock()
