@@ -284,53 +284,45 @@ func (ps *ProcessSet) p2pPost(op string, t Tensor, global int, tag uint32, mode 
 	if err := t.validate(op); err != nil {
 		return nil, err
 	}
-	what := "destination rank"
+	what, verb := "destination rank", "send to"
 	if op == "recv" {
-		what = "source rank"
+		what, verb = "source rank", "recv from"
 	}
 	peer, err := ps.setRankOf(op, what, global)
 	if err != nil {
 		return nil, err
 	}
 	if peer == ps.setRank {
-		return nil, fmt.Errorf("%w: %s: %s %d is this rank (a rank cannot %s itself)", ErrInvalidArgument, op, what, global, map[string]string{"send": "send to", "recv": "receive from"}[op])
+		return nil, fmt.Errorf("%w: %s: %s %d is this rank (a rank cannot %s itself)", ErrInvalidArgument, op, what, global, verb)
 	}
+	label := fmt.Sprintf("%s rank %d (tag %d)", verb, global, tag)
+	wrap := func(err error) error { return ps.wrapErr(label, err) }
 	c := ps.p2p
 	o := &p2pOp{done: make(chan struct{}), t: t}
+	tr, canTry := c.(backends.P2PTrier)
 	if op == "send" {
-		o.run = func() error {
-			return ps.wrapErr(fmt.Sprintf("send to rank %d (tag %d)", global, tag), c.Send(t.Data, peer, tag))
-		}
-	} else {
-		o.run = func() error {
-			return ps.wrapErr(fmt.Sprintf("recv from rank %d (tag %d)", global, tag), c.Recv(t.Data, peer, tag))
-		}
-	}
-	if tr, ok := c.(backends.P2PTrier); ok {
-		wrap := func(what string, err error) error {
-			return ps.wrapErr(fmt.Sprintf("%s rank %d (tag %d)", what, global, tag), err)
-		}
-		if op == "send" {
-			sp, canPost := c.(backends.SendPoster)
+		o.run = func() error { return wrap(c.Send(t.Data, peer, tag)) }
+		sp, canPost := c.(backends.SendPoster)
+		if canTry {
 			o.try = func() (bool, error) {
-				if ok, err := tr.TrySend(t.Data, peer, tag); ok || err != nil {
-					return ok, wrap("send to", err)
-				}
-				if !canPost {
-					return false, nil
+				if ok, err := tr.TrySend(t.Data, peer, tag); ok || err != nil || !canPost {
+					return ok, wrap(err)
 				}
 				wait, posted, err := sp.PostSend(t.Data, peer, tag)
 				if err != nil {
-					return true, wrap("send to", err)
+					return true, wrap(err)
 				}
 				if posted {
 					o.posted = true
-					o.run = func() error { return wrap("send to", wait()) }
+					o.run = func() error { return wrap(wait()) }
 				}
 				return false, nil
 			}
-		} else {
-			o.try = func() (bool, error) { ok, err := tr.TryRecv(t.Data, peer, tag); return ok, wrap("recv from", err) }
+		}
+	} else {
+		o.run = func() error { return wrap(c.Recv(t.Data, peer, tag)) }
+		if canTry {
+			o.try = func() (bool, error) { ok, err := tr.TryRecv(t.Data, peer, tag); return ok, wrap(err) }
 		}
 	}
 	h := &Handle{ps: ps, op: op, p2p: o, outs: []Tensor{t}}
