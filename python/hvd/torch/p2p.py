@@ -29,7 +29,7 @@ requires_grad=True)`` returns a tensor whose backward sends its gradient to
 import torch
 
 from hvd.common import _abi
-from hvd.common.handles import synchronize, track as _track
+from hvd.common.handles import track as _track
 from hvd.common.process_sets import global_process_set, _set_id
 from hvd.torch.mpi_ops import _check_tensor, _contig, _copy_back, _desc
 
@@ -44,36 +44,35 @@ def _check_tag(tag):
         raise ValueError('hvd: tag must be an int in 0 .. 2**32-1, not %r' % (tag,))
 
 
+def _prepare(tensor, peer, what, tag):
+    """Checks the arguments; returns the detached tensor, the contiguous
+    buffer the engine uses (the same memory when already contiguous) and
+    its (pointer, dtype code, shape)."""
+    _check_tensor(tensor)
+    _check_peer(peer, what)
+    _check_tag(tag)
+    view = tensor.detach()
+    buf = _contig(view)
+    return view, buf, _desc(buf)
+
+
 def isend(tensor, dst, tag=0, process_set=global_process_set):
     """Posts a send of ``tensor`` to global rank ``dst`` and returns a
     handle at once; ``synchronize(handle)`` waits and returns ``tensor``."""
-    _check_tensor(tensor)
-    _check_peer(dst, 'dst')
-    _check_tag(tag)
-    buf = _contig(tensor.detach())
-    ptr, dt, shape = _desc(buf)
+    _, buf, (ptr, dt, shape) = _prepare(tensor, dst, 'dst', tag)
     handle = _abi.send_async(ptr, dt, shape, dst, tag, _set_id(process_set))
     return _track(handle, (tensor, buf), lambda: tensor)
 
 
 def _send_blocking(tensor, dst, tag, process_set):
-    _check_tensor(tensor)
-    _check_peer(dst, 'dst')
-    _check_tag(tag)
-    buf = _contig(tensor.detach())
-    ptr, dt, shape = _desc(buf)
+    _, _, (ptr, dt, shape) = _prepare(tensor, dst, 'dst', tag)
     _abi.send(ptr, dt, shape, dst, tag, _set_id(process_set))
 
 
 def _recv_blocking(tensor, src, tag, process_set):
-    _check_tensor(tensor)
-    _check_peer(src, 'src')
-    _check_tag(tag)
-    dst = tensor.detach()
-    buf = _contig(dst)
-    ptr, dt, shape = _desc(buf)
+    view, buf, (ptr, dt, shape) = _prepare(tensor, src, 'src', tag)
     _abi.recv(ptr, dt, shape, src, tag, _set_id(process_set))
-    _copy_back(dst, buf)
+    _copy_back(view, buf)
     return tensor
 
 
@@ -81,14 +80,9 @@ def irecv(tensor, src, tag=0, process_set=global_process_set):
     """Posts a receive into ``tensor`` from global rank ``src`` and returns a
     handle at once; ``synchronize(handle)`` waits and returns ``tensor``,
     filled."""
-    _check_tensor(tensor)
-    _check_peer(src, 'src')
-    _check_tag(tag)
-    dst = tensor.detach()
-    buf = _contig(dst)
-    ptr, dt, shape = _desc(buf)
+    view, buf, (ptr, dt, shape) = _prepare(tensor, src, 'src', tag)
     handle = _abi.recv_async(ptr, dt, shape, src, tag, _set_id(process_set))
-    return _track(handle, (tensor, buf), lambda: (_copy_back(dst, buf), tensor)[1])
+    return _track(handle, (tensor, buf), lambda: (_copy_back(view, buf), tensor)[1])
 
 
 class _SendWithGrad(torch.autograd.Function):
@@ -133,10 +127,7 @@ def send(tensor, dst, tag=0, process_set=global_process_set):
     continues the backward pass through ``tensor``'s graph. Otherwise
     returns None."""
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
-        _check_tensor(tensor)
-        _check_peer(dst, 'dst')
-        _check_tag(tag)
-        return _SendWithGrad.apply(tensor, dst, tag, process_set)
+        return _SendWithGrad.apply(tensor, dst, tag, process_set)  # forward checks the arguments
     _send_blocking(tensor, dst, tag, process_set)
     return None
 
