@@ -7,6 +7,9 @@
 //	hvdrun -np 4 python train.py
 //	hvdrun -np 8 -H node1:4,node2:4 --network-interfaces eth0 python train.py
 //
+//	hvdrun --check-build    # what this hvd offers, in horovodrun's table
+//	hvdrun --version
+//
 // Exit status: 0 when every rank exited 0; the first failing rank's status
 // (128+signal when it was killed); 2 for usage and configuration errors; 1
 // when the job could not be set up. Run `hvdrun --help` for the flags.
@@ -23,10 +26,15 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/hvdorg/hvd/internal/launch"
+	"github.com/hvdorg/hvd/internal/version"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
+
+// checkBuildTimeout bounds each Python interpreter --check-build asks.
+const checkBuildTimeout = 15 * time.Second
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -44,9 +52,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, launch.ErrHelp):
 		fmt.Fprint(stdout, launch.Usage())
 		return 0
+	case errors.Is(err, launch.ErrVersion):
+		fmt.Fprintln(stdout, version.Version)
+		return 0
 	case err != nil:
 		fmt.Fprintf(stderr, "%v\n\n%s", err, launch.Usage())
 		return launch.ExitCode(err)
+	case opts.CheckBuild:
+		fmt.Fprint(stdout, launch.CheckBuild(context.Background(), version.Version, os.Environ(), opts.Verbose, checkBuildTimeout))
+		return 0
 	}
 	job, err := launch.NewJob(opts, launch.Runtime{
 		Stdout:   stdout,

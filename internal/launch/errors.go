@@ -16,6 +16,9 @@ var (
 	// ErrHelp is returned by ParseArgs for -h/--help; hvdrun prints the usage
 	// on stdout and exits 0.
 	ErrHelp = errors.New("hvdrun: help requested")
+	// ErrVersion is returned by ParseArgs for -v/--version; hvdrun prints
+	// the version on stdout and exits 0, as horovodrun does.
+	ErrVersion = errors.New("hvdrun: version requested")
 )
 
 // usageErrorf returns an error that wraps ErrUsage with a message that names
@@ -59,12 +62,12 @@ func (e *ExitError) Error() string {
 }
 
 // ExitCode maps an error from ParseArgs, NewJob or (*Job).Run to hvdrun's
-// exit status: nil → 0, ErrHelp → 0, ErrUsage and ErrConfig → 2, *ExitError →
+// exit status: nil → 0, ErrHelp and ErrVersion → 0, ErrUsage and ErrConfig → 2, *ExitError →
 // its Code, anything else → 1.
 func ExitCode(err error) int {
 	var ee *ExitError
 	switch {
-	case err == nil, errors.Is(err, ErrHelp):
+	case err == nil, errors.Is(err, ErrHelp), errors.Is(err, ErrVersion):
 		return 0
 	case errors.Is(err, ErrUsage), errors.Is(err, ErrConfig):
 		return 2

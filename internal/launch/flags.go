@@ -32,7 +32,8 @@ type Options struct {
 	HierAllreduce     *bool         // --(no-)hierarchical-allreduce → HOROVOD_HIERARCHICAL_ALLREDUCE
 	BindTo            string        // --bind-to core|none → HVD_BIND_TO (workers bind themselves)
 	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
-	Command           []string      // the worker command and its arguments (non-empty)
+	CheckBuild        bool          // -cb, --check-build: print the build table instead of running
+	Command           []string      // the worker command and its arguments (non-empty unless CheckBuild)
 }
 
 // flagDef describes one hvdrun flag. names lists every spelling, the
@@ -165,6 +166,12 @@ var flagDefs = []flagDef{
 	{names: []string{"--disable-cache"},
 		help: "accepted for horovodrun compatibility (hvdrun caches nothing)",
 		set:  func(o *Options, n, v string) error { return nil }},
+	{names: []string{"-cb", "--check-build"},
+		help: "print which frameworks, controllers and tensor operations this hvd has, and exit (-np and the command are then optional)",
+		set:  func(o *Options, n, v string) error { o.CheckBuild = true; return nil }},
+	{names: []string{"-v", "--version"},
+		help: "print hvd's version and exit",
+		set:  func(o *Options, n, v string) error { return ErrVersion }},
 	{names: []string{"-h", "--help"},
 		help: "print this help",
 		set:  func(o *Options, n, v string) error { return ErrHelp }},
@@ -190,7 +197,9 @@ var flagIndex = func() map[string]*flagDef {
 // (`-Hhost:2`, `-xFOO=1`), a repeated flag overrides the earlier value except
 // -x and --network-interface which accumulate. "--" or the first argument
 // that does not start with '-' ends the flags; it and everything after it is
-// the command. ParseArgs does no I/O. Errors wrap ErrUsage, or are ErrHelp.
+// the command. ParseArgs does no I/O. Errors wrap ErrUsage, or are ErrHelp
+// (-h) or ErrVersion (-v). With -cb the options are returned with CheckBuild
+// set and neither -np nor a command is required.
 func ParseArgs(args []string) (*Options, error) {
 	o := &Options{}
 	i := 0
@@ -237,6 +246,10 @@ func ParseArgs(args []string) (*Options, error) {
 }
 
 func (o *Options) validate() error {
+	if o.CheckBuild {
+		// As horovodrun: -cb makes -np optional and ignores the command.
+		return nil
+	}
 	switch {
 	case o.NumProc == 0:
 		return usageErrorf("-np/--num-proc is required")
