@@ -178,7 +178,6 @@ func PythonCandidates(environ []string, lookPath func(string) (string, error)) [
 	return out
 }
 
-
 // FormatCheckBuild renders the build table for version and the probes:
 // horovodrun's layout (a leading blank line when verbose, as horovodrun
 // prints), a framework marked when any probed interpreter can run it, then
