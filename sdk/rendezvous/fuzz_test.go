@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParsePath: parsePath never panics, accepts only two non-empty
@@ -53,8 +54,15 @@ func FuzzKeyPathRoundTrip(f *testing.F) {
 }
 
 // FuzzParseTasksPerNode: no panics, bounded output, positive counts.
+//
+// It once failed without saving its input: "1,1(x9223372036854775807)" made
+// the node-count check overflow (len(out)+m wrapped negative), so the parser
+// appended without end until the fuzz worker was killed for memory; Go's
+// fuzzer records panics and failures, not OOM kills (golang/go#47572), so
+// nothing reached testdata/fuzz. The input is now in the seed corpus
+// (testdata/fuzz/FuzzParseTasksPerNode) and in TestParseTasksPerNodeOverflow.
 func FuzzParseTasksPerNode(f *testing.F) {
-	for _, s := range []string{"4", "2(x3),1", "1(x99999999)", "2(x", "(x)", ",,"} {
+	for _, s := range []string{"4", "2(x3),1", "1(x99999999)", "2(x", "(x)", ",,", "1,1(x9223372036854775807)"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -71,4 +79,25 @@ func FuzzParseTasksPerNode(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseTasksPerNodeOverflow: a repeat count that overflows the node
+// bound is refused at once. Before the fix it looped, allocating, forever;
+// the goroutine and deadline make that a failure instead of a hang.
+func TestParseTasksPerNodeOverflow(t *testing.T) {
+	for _, s := range []string{"1,1(x9223372036854775807)", "3(x65535),1(x9223372036854775807)", "1(x65536),1"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := parseTasksPerNode(s)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "more than") {
+				t.Errorf("%q: got %v, want a 'more than N nodes' error", s, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%q: parseTasksPerNode still running after 2 s (unbounded expansion)", s)
+		}
+	}
 }

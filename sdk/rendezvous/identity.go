@@ -67,7 +67,8 @@ type Identity struct {
 //  1. horovod: HOROVOD_RANK, HOROVOD_SIZE (+ HOROVOD_LOCAL_RANK/_LOCAL_SIZE,
 //     HOROVOD_CROSS_RANK/_CROSS_SIZE)
 //  2. torch: RANK, WORLD_SIZE (+ LOCAL_RANK/LOCAL_WORLD_SIZE,
-//     GROUP_RANK/GROUP_WORLD_SIZE)
+//     GROUP_RANK/GROUP_WORLD_SIZE); LOCAL_RANK alone is accepted (local
+//     size hint LOCAL_RANK+1, see torchLocalRankOnly)
 //  3. openmpi: OMPI_COMM_WORLD_RANK/_SIZE (+ _LOCAL_RANK/_LOCAL_SIZE)
 //  4. mpich: PMI_RANK/PMI_SIZE (+ MPI_LOCALRANKID/MPI_LOCALNRANKS)
 //  5. slurm: SLURM_PROCID with SLURM_STEP_NUM_TASKS, SLURM_NTASKS or
@@ -180,7 +181,47 @@ func (e env) horovod(id *Identity) error {
 }
 
 func (e env) torch(id *Identity) error {
+	if e.has("LOCAL_RANK") && !e.has("LOCAL_WORLD_SIZE") {
+		return e.torchLocalRankOnly(id)
+	}
 	return e.generic(id, SourceTorch, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE")
+}
+
+// torchLocalRankOnly reads a torch-style environment that has LOCAL_RANK but
+// no LOCAL_WORLD_SIZE: what torch.distributed.launch --use_env (PyTorch
+// before 1.9) exports, and what scripts that set RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR and MASTER_PORT by hand give. The local size is
+// not guessed from the environment (hosts need not hold the same number of
+// ranks); the hint is the smallest size consistent with LOCAL_RANK, and the
+// cross hint is left to GROUP_RANK/GROUP_WORLD_SIZE or to "one rank per
+// host". Init then derives the real local and cross values from every
+// rank's host key through the store (ComputeTopology), as it does for every
+// source.
+func (e env) torchLocalRankOnly(id *Identity) error {
+	r, s, _, err := e.pair("RANK", "WORLD_SIZE")
+	if err != nil {
+		return err
+	}
+	*id = Identity{Rank: r, Size: s, Source: SourceTorch}
+	lr, _, err := e.int("LOCAL_RANK")
+	if err != nil {
+		return err
+	}
+	if lr >= s || lr > r {
+		return envErr("LOCAL_RANK=%d must be at most RANK=%d and below WORLD_SIZE=%d (a host's local ranks are numbered from 0 among its own ranks)", lr, r, s)
+	}
+	cr, cs, cok, err := e.pair("GROUP_RANK", "GROUP_WORLD_SIZE")
+	if err != nil {
+		return err
+	}
+	if cok && cs > s {
+		return envErr("GROUP_WORLD_SIZE=%d is larger than WORLD_SIZE=%d", cs, s)
+	}
+	if !cok {
+		cr, cs = r-lr, s-lr // one rank per host beyond the ranks this one proves share its host
+	}
+	id.fillHints(true, lr, lr+1, true, cr, cs)
+	return nil
 }
 
 func (e env) simple(id *Identity, src, rankVar, sizeVar, lrVar, lsVar string) error {
@@ -335,7 +376,7 @@ func parseTasksPerNode(s string) ([]int, error) {
 		if err != nil || m < 1 {
 			return nil, fmt.Errorf("item %q: repeat count %q is not a positive integer", item, rep)
 		}
-		if len(out)+m > maxSlurmNodes {
+		if m > maxSlurmNodes-len(out) { // not len(out)+m: a huge m wraps negative
 			return nil, fmt.Errorf("more than %d nodes", maxSlurmNodes)
 		}
 		for range m {
