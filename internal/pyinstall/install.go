@@ -22,6 +22,9 @@ const (
 	PluginDir    = "hvd/plugins"      // framework plugin binaries
 	ManifestFile = "hvd_plugins.json" // in the dist-info: frameworks, plugins, files
 	Installer    = "hvdgen"           // the INSTALLER hvdgen writes
+	// ShimPackage is the top-level package --provide-horovod adds: every
+	// horovod.X is hvd.X (see HorovodShim).
+	ShimPackage = "horovod"
 )
 
 // DistInfo is the dist-info directory name for a version.
@@ -37,6 +40,8 @@ var (
 	ErrFrameworkNotInstalled = errors.New("pyinstall: framework not installed")
 	// ErrInput: a malformed Input.
 	ErrInput = errors.New("pyinstall: invalid input")
+	// ErrRealHorovod: --provide-horovod where a real Horovod is installed.
+	ErrRealHorovod = errors.New("pyinstall: a real Horovod is installed")
 )
 
 // Manifest is hvdgen's own record of what it installed (ManifestFile).
@@ -145,6 +150,16 @@ type Input struct {
 	Entry FrameworkEntry
 	// Force replaces an hvd that hvdgen did not install.
 	Force bool
+	// Horovod is the horovod shim (paths under ShimPackage/, see
+	// HorovodShim); empty: none. NewPlan refuses it when site holds a
+	// horovod package or dist-info that is not hvd's.
+	Horovod []File
+	// Scripts are executables (Path: a bare file name such as hvdrun) for
+	// ScriptsDir, the environment's bin/ (sysconfig's "scripts"). Their
+	// RECORD rows are relative to site, as pip writes them
+	// ("../../../bin/hvdrun").
+	Scripts    []File
+	ScriptsDir string
 }
 
 // Action is what a Step does.
@@ -211,6 +226,27 @@ func NewPlan(site string, in Input) (*Plan, error) {
 	}
 	want[LibPath] = File{Path: LibPath, Data: in.Lib, Mode: 0o755}
 	want[pluginPath] = File{Path: pluginPath, Data: in.Plugin, Mode: 0o755}
+	for _, f := range in.Horovod {
+		if err := checkPathIn(f.Path, ShimPackage); err != nil {
+			return nil, err
+		}
+		if _, dup := want[f.Path]; dup {
+			return nil, fmt.Errorf("%w: duplicate path %q", ErrInput, f.Path)
+		}
+		want[f.Path] = f
+	}
+	if len(in.Scripts) > 0 {
+		rels, err := scriptPaths(site, in.ScriptsDir, in.Scripts)
+		if err != nil {
+			return nil, err
+		}
+		for i, f := range in.Scripts {
+			if _, dup := want[rels[i]]; dup {
+				return nil, fmt.Errorf("%w: duplicate script %q", ErrInput, f.Path)
+			}
+			want[rels[i]] = File{Path: rels[i], Data: f.Data, Mode: f.Mode}
+		}
+	}
 
 	old, err := Find(site)
 	switch {
@@ -223,6 +259,12 @@ func NewPlan(site string, in Input) (*Plan, error) {
 		return nil, err
 	case old.Manifest == nil && !in.Force:
 		return nil, fmt.Errorf("%w: %s (INSTALLER %q); `pip uninstall hvd` first or use --force", ErrForeign, filepath.Join(site, old.DistInfo), old.Installer)
+	}
+
+	if len(in.Horovod) > 0 {
+		if err := checkNoRealHorovod(site, old); err != nil {
+			return nil, err
+		}
 	}
 
 	p := &Plan{Site: site, DistInfo: DistInfo(in.Version)}
@@ -357,7 +399,7 @@ func (p *Plan) addDistInfo(man *Manifest, record []RecordEntry) {
 	files := []File{
 		{Path: p.DistInfo + "/METADATA", Data: metadata(man.Version, fws)},
 		{Path: p.DistInfo + "/INSTALLER", Data: []byte(Installer + "\n")},
-		{Path: p.DistInfo + "/top_level.txt", Data: []byte(Package + "\n")},
+		{Path: p.DistInfo + "/top_level.txt", Data: topLevel(record)},
 		{Path: p.DistInfo + "/" + ManifestFile, Data: append(manJSON, '\n')},
 	}
 	for _, f := range files {
@@ -485,14 +527,48 @@ func compareDisk(p string, data []byte, mode fs.FileMode) Action {
 	return Unchanged
 }
 
-func checkPath(p string) error {
+func checkPath(p string) error { return checkPathIn(p, Package) }
+
+func checkPathIn(p, pkg string) error {
 	if p == "" || path.IsAbs(p) || path.Clean(p) != p || strings.HasPrefix(p, "../") || strings.ContainsRune(p, '\\') {
 		return fmt.Errorf("%w: path %q is not a clean relative path", ErrInput, p)
 	}
-	if !strings.HasPrefix(p, Package+"/") {
-		return fmt.Errorf("%w: path %q is outside the %s package", ErrInput, p, Package)
+	if !strings.HasPrefix(p, pkg+"/") {
+		return fmt.Errorf("%w: path %q is outside the %s package", ErrInput, p, pkg)
 	}
 	return nil
+}
+
+// scriptPaths returns the RECORD paths (relative to site, slash-separated)
+// of scripts installed into dir.
+func scriptPaths(site, dir string, scripts []File) ([]string, error) {
+	if !filepath.IsAbs(dir) || !filepath.IsAbs(site) {
+		return nil, fmt.Errorf("%w: scripts directory %q and site %q must be absolute", ErrInput, dir, site)
+	}
+	rel, err := filepath.Rel(site, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: scripts directory %s: %v", ErrInput, dir, err)
+	}
+	out := make([]string, len(scripts))
+	for i, f := range scripts {
+		if f.Path == "" || f.Path == "." || f.Path == ".." || strings.ContainsAny(f.Path, "/\\") {
+			return nil, fmt.Errorf("%w: script name %q is not a plain file name", ErrInput, f.Path)
+		}
+		out[i] = filepath.ToSlash(filepath.Join(rel, f.Path))
+	}
+	return out, nil
+}
+
+// topLevel is top_level.txt: the packages RECORD has files in.
+func topLevel(record []RecordEntry) []byte {
+	pkgs := []string{Package}
+	for _, e := range record {
+		if strings.HasPrefix(e.Path, ShimPackage+"/") {
+			pkgs = append(pkgs, ShimPackage)
+			break
+		}
+	}
+	return []byte(strings.Join(pkgs, "\n") + "\n")
 }
 
 func sortSteps(steps []Step) {

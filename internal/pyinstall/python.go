@@ -26,6 +26,7 @@ type Python struct {
 	Version    string `json:"version"`    // "3.11.2"
 	Prefix     string `json:"prefix"`     // sys.prefix (the venv for a virtualenv)
 	Purelib    string `json:"purelib"`    // sysconfig's purelib: where pure packages go
+	Scripts    string `json:"scripts"`    // sysconfig's scripts: where pip puts console scripts (the venv's bin/)
 }
 
 // ErrPython: the interpreter could not be run or did not answer.
@@ -34,7 +35,7 @@ var ErrPython = errors.New("pyinstall: python interpreter failed")
 const queryMarker = "HVD-SITE "
 
 const queryScript = `import json, sys, sysconfig
-sys.stdout.write("\n` + queryMarker + `" + json.dumps({"executable": sys.executable, "version": sys.version.split()[0], "prefix": sys.prefix, "purelib": sysconfig.get_paths()["purelib"]}) + "\n")
+sys.stdout.write("\n` + queryMarker + `" + json.dumps({"executable": sys.executable, "version": sys.version.split()[0], "prefix": sys.prefix, "purelib": sysconfig.get_paths()["purelib"], "scripts": sysconfig.get_paths()["scripts"]}) + "\n")
 `
 
 // QueryPython asks the interpreter where its site-packages is.
