@@ -97,6 +97,9 @@ type environment struct {
 	// pythonPath is the interpreter to probe: --python, or python3 without
 	// --target; "" with --target and no --python.
 	pythonPath string
+	// scripts is where executables go: the interpreter's bin/
+	// (sysconfig's scripts), or DIR/bin with --target (as pip --target).
+	scripts string
 }
 
 func (e *environment) String() string {
@@ -113,7 +116,7 @@ func resolveEnv(ctx context.Context, cCtx *cli.Context) (*environment, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &environment{site: abs, pythonPath: py}, nil
+		return &environment{site: abs, pythonPath: py, scripts: filepath.Join(abs, "bin")}, nil
 	}
 	if py == "" {
 		py = "python3"
@@ -123,7 +126,7 @@ func resolveEnv(ctx context.Context, cCtx *cli.Context) (*environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &environment{site: info.Purelib, python: info, pythonPath: py}, nil
+	return &environment{site: info.Purelib, python: info, pythonPath: py, scripts: info.Scripts}, nil
 }
 
 var frameworkRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)

@@ -73,7 +73,7 @@ func TestInstallDryRunWritesNothing(t *testing.T) {
 
 func TestInstallRejectsTamperedOrMissingPlugin(t *testing.T) {
 	dir := t.TempDir()
-	for _, n := range []string{"hvd-plugin-pytorch", "hvd-plugin-mxnet", "SHA256SUMS", "libhvd.so"} {
+	for _, n := range []string{"hvd-plugin-pytorch", "hvd-plugin-mxnet", "SHA256SUMS", "libhvd.so", "hvdrun"} {
 		data, err := os.ReadFile(filepath.Join(pluginDirForTests, n))
 		if err != nil {
 			t.Fatal(err)
@@ -134,4 +134,158 @@ func TestInstallProbeErrors(t *testing.T) {
 	if entries, _ := os.ReadDir(site); len(entries) != 0 {
 		t.Fatalf("a failed install wrote %v", entries)
 	}
+}
+
+// hvdrun goes into the environment's bin/ (DIR/bin with --target), is
+// listed in RECORD and goes away with the installation.
+func TestInstallPutsHvdrunInBin(t *testing.T) {
+	site := t.TempDir()
+	out, errOut, code := run(t, installArgs(site, "pytorch")...)
+	if code != 0 || !strings.Contains(out, "installed hvdrun (from "+filepath.Join(pluginDirForTests, "hvdrun")+") into "+filepath.Join(site, "bin")) {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	want, _ := os.ReadFile(filepath.Join(pluginDirForTests, "hvdrun"))
+	got, err := os.ReadFile(filepath.Join(site, "bin", "hvdrun"))
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("bin/hvdrun: %v %q", err, got)
+	}
+	if st, _ := os.Stat(filepath.Join(site, "bin", "hvdrun")); st.Mode().Perm() != 0o755 {
+		t.Errorf("mode %v", st.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(site, "bin", "horovodrun")); err == nil {
+		t.Error("horovodrun installed without --provide-horovod")
+	}
+	inst, err := pyinstall.Find(site)
+	if err != nil || !inst.Has("bin/hvdrun") {
+		t.Fatalf("RECORD lacks bin/hvdrun: %v %+v", err, inst)
+	}
+	out, _, _ = run(t, "plugin", "list", "--plugin-dir", pluginDirForTests, "--target", site)
+	if row := lineWith(out, "script: "+filepath.Join(site, "bin", "hvdrun")); !strings.HasSuffix(row, "ok") {
+		t.Fatalf("list does not show hvdrun:\n%s", out)
+	}
+	os.WriteFile(filepath.Join(site, "bin", "hvdrun"), []byte("changed"), 0o755)
+	if out, _, code := run(t, "plugin", "verify", "--target", site); code != 5 || !strings.Contains(out, "bin/hvdrun: modified") {
+		t.Fatalf("verify after changing hvdrun: exit %d\n%s", code, out)
+	}
+	if _, errOut, code := run(t, "plugin", "uninstall", "--target", site); code != 0 {
+		t.Fatalf("uninstall: %d %s", code, errOut)
+	}
+	if left := listTree(site); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+}
+
+func TestInstallHvdrunProblems(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"hvd-plugin-pytorch", "SHA256SUMS", "libhvd.so"} {
+		data, _ := os.ReadFile(filepath.Join(pluginDirForTests, n))
+		os.WriteFile(filepath.Join(dir, n), data, 0o755)
+	}
+	site := t.TempDir()
+	args := func(extra ...string) []string {
+		return append([]string{"plugin", "install", "--plugin-dir", dir, "--target", site}, extra...)
+	}
+	if _, errOut, code := run(t, args("pytorch")...); code != 3 || !strings.Contains(errOut, "hvdrun not found") || !strings.Contains(errOut, "--no-hvdrun") {
+		t.Fatalf("missing hvdrun: exit %d\n%s", code, errOut)
+	}
+	os.WriteFile(filepath.Join(dir, "hvdrun"), []byte("#!/bin/sh\necho evil\n"), 0o755)
+	if _, errOut, code := run(t, args("pytorch")...); code != 3 || !strings.Contains(errOut, "hvdrun does not match") {
+		t.Fatalf("tampered hvdrun: exit %d\n%s", code, errOut)
+	}
+	if entries, _ := os.ReadDir(site); len(entries) != 0 {
+		t.Fatalf("a failed install wrote %v", entries)
+	}
+	if _, errOut, code := run(t, args("--no-hvdrun", "--hvdrun", "x", "pytorch")...); code != 2 {
+		t.Fatalf("--hvdrun with --no-hvdrun: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, code := run(t, args("--no-hvdrun", "pytorch")...); code != 0 {
+		t.Fatalf("--no-hvdrun: exit %d\n%s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(site, "bin")); err == nil {
+		t.Error("--no-hvdrun wrote bin/")
+	}
+	own := filepath.Join(t.TempDir(), "my-hvdrun")
+	os.WriteFile(own, []byte("#!/bin/sh\n"), 0o755)
+	if _, errOut, code := run(t, args("--hvdrun", own, "pytorch")...); code != 0 {
+		t.Fatalf("--hvdrun: exit %d\n%s", code, errOut)
+	}
+	if got, _ := os.ReadFile(filepath.Join(site, "bin", "hvdrun")); string(got) != "#!/bin/sh\n" {
+		t.Fatalf("--hvdrun installed %q", got)
+	}
+}
+
+// --provide-horovod adds the horovod package and horovodrun; reinstalling
+// without it removes them; a real horovod stops it.
+func TestInstallProvideHorovod(t *testing.T) {
+	site := t.TempDir()
+	out, errOut, code := run(t, installArgs(site, "--provide-horovod", "pytorch")...)
+	if code != 0 || !strings.Contains(out, "import horovod.torch is hvd.torch") || !strings.Contains(out, "hvdrun and horovodrun") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	init, err := os.ReadFile(filepath.Join(site, "horovod", "__init__.py"))
+	if err != nil || !pyinstall.IsShim(init) {
+		t.Fatalf("horovod/__init__.py: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(site, "bin", "horovodrun")); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = run(t, "plugin", "list", "--plugin-dir", pluginDirForTests, "--target", site)
+	if row := lineWith(out, "horovod: provided"); !strings.HasSuffix(row, "ok") || !strings.Contains(out, "bin/horovodrun\tok") && !strings.Contains(lineWith(out, "bin/horovodrun"), "ok") {
+		t.Fatalf("list:\n%s", out)
+	}
+	if out, _, code := run(t, "plugin", "verify", "--target", site); code != 0 {
+		t.Fatalf("verify: %d %s", code, out)
+	}
+	// Again without the flag: the shim goes, and the command says so.
+	out, _, code = run(t, installArgs(site, "pytorch")...)
+	if code != 0 || !strings.Contains(out, "removing the horovod package") {
+		t.Fatalf("reinstall without --provide-horovod: %d\n%s", code, out)
+	}
+	for _, p := range []string{"horovod", "bin/horovodrun"} {
+		if _, err := os.Stat(filepath.Join(site, p)); err == nil {
+			t.Errorf("%s kept", p)
+		}
+	}
+	out, _, _ = run(t, "plugin", "list", "--plugin-dir", pluginDirForTests, "--target", site)
+	if !strings.Contains(out, "horovod: not provided") {
+		t.Fatalf("list:\n%s", out)
+	}
+
+	// A real Horovod in the target directory.
+	site2 := t.TempDir()
+	os.MkdirAll(filepath.Join(site2, "horovod"), 0o755)
+	os.WriteFile(filepath.Join(site2, "horovod", "__init__.py"), []byte("from horovod.runner import run\n"), 0o644)
+	if _, errOut, code := run(t, installArgs(site2, "--provide-horovod", "pytorch")...); code != 1 || !strings.Contains(errOut, "a real Horovod is installed") {
+		t.Fatalf("real horovod in --target: exit %d\n%s", code, errOut)
+	}
+	// A real Horovod the interpreter imports (found without importing it).
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("SKIPPED, NOT CHECKED: %s not present for the interpreter probe", py)
+	}
+	fake := t.TempDir()
+	os.MkdirAll(filepath.Join(fake, "horovod"), 0o755)
+	os.WriteFile(filepath.Join(fake, "horovod", "__init__.py"), []byte("raise SystemExit('imported')\n"), 0o644)
+	t.Setenv("PYTHONPATH", fake)
+	site3 := t.TempDir()
+	if _, errOut, code := run(t, installArgs(site3, "--python", py, "--provide-horovod", "pytorch")...); code != 1 ||
+		!strings.Contains(errOut, "imports a horovod package from "+filepath.Join(fake, "horovod")) || !strings.Contains(errOut, "pip uninstall horovod") {
+		t.Fatalf("real horovod on the interpreter's path: exit %d\n%s", code, errOut)
+	}
+	if entries, _ := os.ReadDir(site3); len(entries) != 0 {
+		t.Fatalf("a refused install wrote %v", entries)
+	}
+}
+
+// listTree lists every file under dir (relative paths).
+func listTree(dir string) []string {
+	var out []string
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -69,6 +70,24 @@ func runPluginList(cCtx *cli.Context) error {
 				fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", fw, e.PluginVersion, e.ProtocolVersion, fv, pyinstall.FrameworkState(e, problems))
 			}
 			tw.Flush()
+		}
+		state := func(paths ...string) string {
+			for _, p := range problems {
+				for _, q := range paths {
+					if p.Path == q {
+						return p.Kind
+					}
+				}
+			}
+			return "ok"
+		}
+		if inst.ProvidesHorovod() {
+			fmt.Fprintf(w, "  horovod: provided (import horovod.X gives hvd.X)\t%s\n", state(pyinstall.ShimPackage+"/__init__.py"))
+		} else {
+			fmt.Fprintln(w, "  horovod: not provided (plugin install --provide-horovod adds it)")
+		}
+		for _, sc := range inst.Scripts() {
+			fmt.Fprintf(w, "  script: %s\t%s\n", filepath.Clean(filepath.Join(env.site, filepath.FromSlash(sc))), state(sc))
 		}
 	}
 
