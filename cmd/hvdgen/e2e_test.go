@@ -132,11 +132,14 @@ func TestInstallIntoVirtualenv(t *testing.T) {
 		t.Fatalf("list: exit %d\n%s", code, out)
 	}
 
+	if _, err := os.Stat(filepath.Join(venv, "bin", "hvdrun")); err != nil {
+		t.Fatalf("hvdrun is not in the venv's bin/: %v", err)
+	}
 	got, err = cmdOut(t, time.Minute, "", nil, py, "-m", "pip", "uninstall", "-y", "hvd")
 	if err != nil || !strings.Contains(got, "Successfully uninstalled hvd-0.1.0") {
 		t.Fatalf("pip uninstall: %v\n%s", err, got)
 	}
-	for _, p := range []string{"hvd", "hvd-0.1.0.dist-info"} {
+	for _, p := range []string{"hvd", "hvd-0.1.0.dist-info", "../../../bin/hvdrun"} {
 		if _, err := os.Stat(filepath.Join(sitePkgs, p)); !os.IsNotExist(err) {
 			left := []string{}
 			filepath.Walk(filepath.Join(sitePkgs, p), func(p string, _ os.FileInfo, _ error) error { left = append(left, p); return nil })
@@ -248,3 +251,77 @@ func TestSplitFactoryJobTrainsUnderHvdrun(t *testing.T) {
 		}
 	}
 }
+
+// An unmodified Horovod script (import horovod.torch as hvd) runs against
+// hvd installed with --provide-horovod into a fresh virtualenv, under the
+// hvdrun and the horovodrun installed into the venv's bin/;
+// hvdgen plugin uninstall leaves nothing behind.
+func TestProvideHorovodRunsUnmodifiedScript(t *testing.T) {
+	needTorch(t)
+	lib, hvdrun := realBuild(t)
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(systemPython, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED, NOT RUN: cannot create a virtualenv (apt-get install python3-venv): %v %s", err, out)
+	}
+	py := filepath.Join(venv, "bin", "python")
+	before := listTree(venv)
+	out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--hvdrun", hvdrun,
+		"--python", py, "--provide-horovod", "pytorch")
+	if code != 0 {
+		t.Fatalf("install: exit %d\n%s\n%s", code, out, errOut)
+	}
+	script := filepath.Join(t.TempDir(), "horovod_script.py")
+	os.WriteFile(script, []byte(horovodScript), 0o644)
+	env := []string{"PYTHONPATH=", "PYTHONDONTWRITEBYTECODE=1"}
+	for _, launcher := range []string{"hvdrun", "horovodrun"} {
+		got, err := cmdOut(t, 3*time.Minute, t.TempDir(), env, filepath.Join(venv, "bin", launcher), "-np", "2", py, script)
+		if err != nil {
+			t.Fatalf("%s -np 2: %v\n%s", launcher, err, got)
+		}
+		for r := 0; r < 2; r++ {
+			want := fmt.Sprintf("rank %d of 2: sum [3.0, 3.0, 3.0] average [1.5, 1.5, 1.5] module hvd.torch params identical", r)
+			if !strings.Contains(got, want) {
+				t.Fatalf("%s: no %q in:\n%s", launcher, want, got)
+			}
+		}
+	}
+	if out, _, code := run(t, "plugin", "verify", "--python", py); code != 0 {
+		t.Fatalf("verify: %d %s", code, out)
+	}
+	if out, errOut, code := run(t, "plugin", "uninstall", "--python", py); code != 0 {
+		t.Fatalf("uninstall: %d %s %s", code, out, errOut)
+	}
+	if after := listTree(venv); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("the venv differs after uninstall:\nbefore %v\nafter  %v", before, after)
+	}
+	if got, err := cmdOut(t, time.Minute, "", env, py, "-c", "import horovod"); err == nil {
+		t.Fatalf("horovod still importable after uninstall: %s", got)
+	}
+}
+
+// horovodScript is written for Horovod, not for hvd.
+const horovodScript = `import torch
+import horovod.torch as hvd
+from horovod.torch.mpi_ops import _basics  # private names Horovod's tests reach
+import horovod
+
+hvd.init()
+assert horovod.torch is hvd and _basics is not None
+t = torch.ones(3) * (hvd.rank() + 1)
+total = hvd.allreduce(t, op=hvd.Sum, name='sum')
+avg = hvd.allreduce(t, name='avg')
+torch.manual_seed(hvd.rank())
+model = torch.nn.Linear(3, 2)
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), named_parameters=model.named_parameters())
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(8, 3) + hvd.rank()).pow(2).sum().backward()
+    opt.step()
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+every = hvd.allgather(flat.view(1, -1), name='params')
+same = all(torch.equal(every[0], every[r]) for r in range(hvd.size()))
+print('rank %d of %d: sum %s average %s module %s params %s' % (hvd.rank(), hvd.size(), total.tolist(), avg.tolist(),
+      hvd.__name__, 'identical' if same else 'DIFFERENT'), flush=True)
+hvd.shutdown()
+`
