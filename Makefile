@@ -48,15 +48,17 @@ $(PYBUILD)/hvd/libhvd.so: $(shell find cmd/libhvd sdk backends -name '*.go' -not
 	mkdir -p $(PYBUILD)/hvd
 	$(GO) build -buildmode=c-shared -o $@ ./cmd/libhvd
 
-# hvdgen, the framework plugins, libhvd.so and SHA256SUMS in bin/: what
-# `hvdgen plugin install <framework>` expects next to itself.
+# hvdgen, the framework plugins, hvdrun, libhvd.so and SHA256SUMS in bin/:
+# what `hvdgen plugin install <framework>` expects next to itself (it copies
+# hvdrun into the environment's bin/).
 PLUGINS := pytorch tensorflow mxnet
 plugins: $(PYBUILD)/hvd/libhvd.so
 	mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/hvdgen ./cmd/hvdgen
+	$(GO) build -o $(BIN)/hvdrun ./cmd/hvdrun
 	for p in $(PLUGINS); do $(GO) build -o $(BIN)/hvd-plugin-$$p ./plugins/$$p || exit 1; done
 	cp $(PYBUILD)/hvd/libhvd.so $(BIN)/libhvd.so
-	cd $(BIN) && sha256sum $(addprefix hvd-plugin-,$(PLUGINS)) > SHA256SUMS
+	cd $(BIN) && sha256sum $(addprefix hvd-plugin-,$(PLUGINS)) hvdrun > SHA256SUMS
 
 # Regenerate sdk/plugin/internal/pb from sdk/plugin/proto/adapter.proto
 # (needs protoc: apt-get install protobuf-compiler; the Go generators are
