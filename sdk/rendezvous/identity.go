@@ -193,8 +193,8 @@ func (e env) torch(id *Identity) error {
 // LOCAL_RANK, MASTER_ADDR and MASTER_PORT by hand give. The local size is
 // not guessed from the environment (hosts need not hold the same number of
 // ranks); the hint is the smallest size consistent with LOCAL_RANK, and the
-// cross hint is left to GROUP_RANK/GROUP_WORLD_SIZE or to "one rank per
-// host". Init then derives the real local and cross values from every
+// cross hint comes from GROUP_RANK/GROUP_WORLD_SIZE or the block guess. Init
+// then derives the real local and cross values from every
 // rank's host key through the store (ComputeTopology), as it does for every
 // source.
 func (e env) torchLocalRankOnly(id *Identity) error {
@@ -207,8 +207,8 @@ func (e env) torchLocalRankOnly(id *Identity) error {
 	if err != nil {
 		return err
 	}
-	if lr >= s || lr > r {
-		return envErr("LOCAL_RANK=%d must be at most RANK=%d and below WORLD_SIZE=%d (a host's local ranks are numbered from 0 among its own ranks)", lr, r, s)
+	if lr >= s {
+		return envErr("LOCAL_RANK=%d must be below WORLD_SIZE=%d", lr, s)
 	}
 	cr, cs, cok, err := e.pair("GROUP_RANK", "GROUP_WORLD_SIZE")
 	if err != nil {
@@ -217,10 +217,7 @@ func (e env) torchLocalRankOnly(id *Identity) error {
 	if cok && cs > s {
 		return envErr("GROUP_WORLD_SIZE=%d is larger than WORLD_SIZE=%d", cs, s)
 	}
-	if !cok {
-		cr, cs = r-lr, s-lr // one rank per host beyond the ranks this one proves share its host
-	}
-	id.fillHints(true, lr, lr+1, true, cr, cs)
+	id.fillHints(true, lr, lr+1, cok, cr, cs)
 	return nil
 }
 

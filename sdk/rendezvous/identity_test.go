@@ -137,7 +137,6 @@ func TestDetectIdentityErrors(t *testing.T) {
 		{"HOROVOD_CROSS_SIZE without rank", with(M{"HOROVOD_RANK": "0", "HOROVOD_SIZE": "2", "HOROVOD_CROSS_SIZE": "2"}), "HOROVOD_CROSS_SIZE is set"},
 		{"RANK without WORLD_SIZE", with(M{"RANK": "1"}), "RANK is set (\"1\") but WORLD_SIZE is not"},
 		{"WORLD_SIZE without RANK", with(M{"WORLD_SIZE": "2"}), "WORLD_SIZE is set (\"2\") but RANK is not"},
-		{"LOCAL_RANK without LOCAL_WORLD_SIZE", with(M{"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}), "LOCAL_RANK is set (\"1\") but LOCAL_WORLD_SIZE is not"},
 		{"GROUP_RANK without GROUP_WORLD_SIZE", with(M{"RANK": "1", "WORLD_SIZE": "2", "GROUP_RANK": "1"}), "GROUP_RANK is set"},
 		{"OMPI rank without size", with(M{"OMPI_COMM_WORLD_RANK": "0"}), "OMPI_COMM_WORLD_RANK is set"},
 		{"OMPI local rank without size", with(M{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}), "OMPI_COMM_WORLD_LOCAL_RANK is set"},
