@@ -41,6 +41,7 @@ func realBuild(t *testing.T) (lib, hvdrun string) {
 		for _, args := range [][]string{
 			{"build", "-buildmode=c-shared", "-o", filepath.Join(buildDir, "libhvd.so"), "../libhvd"},
 			{"build", "-o", filepath.Join(buildDir, "hvdrun"), "../hvdrun"},
+			{"build", "-o", filepath.Join(buildDir, "hvdgen"), "."},
 		} {
 			if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("go %v: %v\n%s", args, err, out)
@@ -148,13 +149,48 @@ func TestInstallIntoVirtualenv(t *testing.T) {
 	}
 }
 
-// The PyTorch scaffold trains on 2 processes with `make run`, against an
-// hvd installed by hvdgen into a --target directory.
-func TestInitPyTorchTrainsUnderHvdrun(t *testing.T) {
+// The PyTorch scaffold runs as printed: hvdgen plugin install pytorch into
+// the active virtualenv (python3 on PATH), hvdgen init, make run — with no
+// HVDRUN or PYTHON given: the Makefile finds the hvdrun that plugin install
+// put into the venv's bin/.
+func TestInitPyTorchRunsAsPrinted(t *testing.T) {
+	needTorch(t)
+	lib, hvdrun := realBuild(t)
+	hvdgen := filepath.Join(filepath.Dir(hvdrun), "hvdgen")
+	venv := filepath.Join(t.TempDir(), "venv")
+	if out, err := exec.Command(systemPython, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED, NOT RUN: cannot create a virtualenv (apt-get install python3-venv): %v %s", err, out)
+	}
+	env := []string{"PATH=" + filepath.Join(venv, "bin") + ":" + os.Getenv("PATH"), "VIRTUAL_ENV=" + venv, "PYTHONPATH=", "PYTHONDONTWRITEBYTECODE=1"}
+	dir := filepath.Join(t.TempDir(), "torchproj")
+	out, err := cmdOut(t, time.Minute, "", env, hvdgen, "-q", "init", "--framework", "pytorch", dir)
+	if err != nil || !strings.Contains(out, "next: hvdgen plugin install pytorch") || !strings.Contains(out, "cd "+dir+" && make run") {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	if out, err := cmdOut(t, 2*time.Minute, "", env, hvdgen, "-q", "plugin", "install", "--plugin-dir", pluginDirForTests,
+		"--lib", lib, "--hvdrun", hvdrun, "pytorch"); err != nil {
+		t.Fatalf("plugin install: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(venv, "bin", "hvdrun")); err != nil {
+		t.Fatalf("plugin install did not put hvdrun into the venv: %v", err)
+	}
+	out, err = cmdOut(t, 4*time.Minute, dir, env, "make", "run")
+	if err != nil {
+		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, filepath.Join(venv, "bin", "hvdrun")+" -np 2 python3 train.py") {
+		t.Errorf("make run did not use the venv's hvdrun:\n%s", out)
+	}
+	checkTrained(t, out, `epoch (\d+)  loss ([0-9.]+)`, "parameters identical on all 2 ranks")
+}
+
+// The PyTorch scaffold against an hvd installed with --target: make run
+// takes hvd from PYTHONPATH and hvdrun from its bin/.
+func TestInitPyTorchTrainsFromTarget(t *testing.T) {
 	needTorch(t)
 	lib, hvdrun := realBuild(t)
 	site := t.TempDir()
-	if out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--target", site, "pytorch"); code != 0 {
+	if out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--hvdrun", hvdrun, "--target", site, "pytorch"); code != 0 {
 		t.Fatalf("install: %d\n%s\n%s", code, out, errOut)
 	}
 	dir := filepath.Join(t.TempDir(), "torchproj")
@@ -162,26 +198,54 @@ func TestInitPyTorchTrainsUnderHvdrun(t *testing.T) {
 		t.Fatalf("init: %d\n%s\n%s", code, out, errOut)
 	}
 	out, err := cmdOut(t, 4*time.Minute, dir, []string{"PYTHONPATH=" + site, "PYTHONDONTWRITEBYTECODE=1"},
-		"make", "run", "HVDRUN="+hvdrun, "PYTHON="+systemPython)
+		"make", "run", "PYTHON="+systemPython)
 	if err != nil {
 		t.Fatalf("make run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, filepath.Join(site, "bin", "hvdrun")+" -np 2") {
+		t.Errorf("make run did not use --target's bin/hvdrun:\n%s", out)
 	}
 	checkTrained(t, out, `epoch (\d+)  loss ([0-9.]+)`, "parameters identical on all 2 ranks")
 }
 
-// The Go scaffold builds against this checkout (replace directive) and
-// trains on 2 processes with `make run`.
-func TestInitGoTrainsUnderHvdrun(t *testing.T) {
+// The Go scaffold runs as printed: hvdgen init (no flags), make run —
+// offline (GOPROXY=off, GOFLAGS unset): go.mod points at the source the
+// hvdgen binary was built from, go.sum is that source's, and hvdrun is
+// the one next to hvdgen.
+func TestInitGoRunsAsPrinted(t *testing.T) {
 	_, hvdrun := realBuild(t)
+	hvdgen := filepath.Join(filepath.Dir(hvdrun), "hvdgen")
+	repo, _ := filepath.Abs("../..")
 	dir := filepath.Join(t.TempDir(), "goproj")
-	if out, errOut, code := run(t, "init", "--framework", "go", "--hvd-replace", "../..", dir); code != 0 {
-		t.Fatalf("init: %d\n%s\n%s", code, out, errOut)
+	out, err := cmdOut(t, time.Minute, "", nil, hvdgen, "-q", "init", "--framework", "go", dir)
+	if err != nil || !strings.Contains(out, "go.mod: replace github.com/hvdorg/hvd => "+repo) || !strings.Contains(out, "next: cd "+dir+" && make run") {
+		t.Fatalf("init: %v\n%s", err, out)
 	}
-	out, err := cmdOut(t, 5*time.Minute, dir, nil, "make", "run", "HVDRUN="+hvdrun)
+	env := []string{"GOFLAGS=", "GOPROXY=off"}
+	for _, kv := range os.Environ() { // make run must not need hvdrun on PATH
+		if strings.HasPrefix(kv, "PATH=") {
+			env = append(env, "PATH="+strings.Join(withoutHvdrun(strings.Split(kv[5:], ":")), ":"))
+		}
+	}
+	out, err = cmdOut(t, 5*time.Minute, dir, env, "make", "run")
 	if err != nil {
 		t.Fatalf("make run: %v\n%s", err, out)
 	}
+	if !strings.Contains(out, hvdrun+" -np 2 bin/train") {
+		t.Errorf("make run did not use the hvdrun next to hvdgen:\n%s", out)
+	}
 	checkTrained(t, out, `step +(\d+)  loss ([0-9.]+)`, "parameters identical on all 2 ranks")
+}
+
+// withoutHvdrun drops PATH entries that hold an hvdrun.
+func withoutHvdrun(dirs []string) []string {
+	var out []string
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "hvdrun")); err != nil {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // checkTrained asserts a falling loss and both ranks' final check.

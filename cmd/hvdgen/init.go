@@ -26,9 +26,16 @@ Frameworks: ` + strings.Join(scaffold.Frameworks, ", ") + `. The pytorch and go 
 tested end to end under hvdrun; the tensorflow and mxnet ones are only checked
 to byte-compile (those frameworks are not installable where hvd is tested).
 
+A Go project's go.mod points at the hvd source hvdgen was built from with a
+replace directive (github.com/hvdorg/hvd is not on any module proxy), and
+starts with that source's go.sum; --hvd-replace picks another checkout. The
+Makefile finds hvdrun in the Python environment's bin/ (where hvdgen plugin
+install puts it), on PATH, or next to this hvdgen.
+
 Examples:
    hvdgen init --framework pytorch myproj && cd myproj && make run
-   hvdgen init --framework go --hvd-replace ~/src/hvd mygo && cd mygo && make run`,
+   hvdgen init --framework go mygo && cd mygo && make run
+   hvdgen init --framework go --hvd-replace ~/src/hvd mygo`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "framework", Aliases: []string{"f"}, Value: "pytorch", Usage: "one of " + strings.Join(scaffold.Frameworks, ", "), EnvVars: []string{"HVDGEN_FRAMEWORK"}},
 			&cli.StringFlag{Name: "name", Usage: "project name (default: the directory's name)", EnvVars: []string{"HVDGEN_NAME"}},
@@ -68,6 +75,16 @@ func runInit(cCtx *cli.Context) error {
 		if _, err := os.Stat(filepath.Join(opts.HvdReplace, "go.mod")); err != nil {
 			return usageErrorf("--hvd-replace %s: not a Go module (no go.mod): %v", opts.HvdReplace, err)
 		}
+	} else if opts.Framework == "go" {
+		opts.HvdReplace = hvdSource()
+	}
+	if opts.Framework == "go" && opts.HvdReplace != "" {
+		if sum, err := os.ReadFile(filepath.Join(opts.HvdReplace, "go.sum")); err == nil {
+			opts.GoSum = sum
+		}
+	}
+	if p := hvdrunNextToHvdgen(); p != "" && !strings.ContainsAny(p, " \t\n\"'`$\\#%") {
+		opts.Hvdrun = p
 	}
 	if err := opts.Validate(); err != nil {
 		return usageErrorf("%v", err)
@@ -107,11 +124,22 @@ func runInit(cCtx *cli.Context) error {
 		progress(cCtx, "wrote %s", dst)
 	}
 	fmt.Fprintf(w, "created a %s project %q in %s: %s\n", opts.Framework, opts.Name, dir, strings.Join(paths, ", "))
+	switch {
+	case opts.Framework == "go" && opts.HvdReplace == "":
+		fmt.Fprintf(w, "warning: go.mod requires %s, which no module proxy serves, and the source hvdgen was built from is unknown: run hvdgen init --force --hvd-replace /path/to/hvd\n", scaffold.HvdModule)
+	case opts.Framework == "go":
+		fmt.Fprintf(w, "go.mod: replace %s => %s\n", scaffold.HvdModule, opts.HvdReplace)
+	}
+	if opts.Hvdrun == "" {
+		fmt.Fprintf(w, "note: no hvdrun next to hvdgen; make run looks for it on PATH%s\n",
+			map[bool]string{true: "", false: " and in the Python environment's bin/ (hvdgen plugin install puts it there)"}[opts.Framework == "go"])
+	}
 	switch opts.Framework {
 	case "go":
 		fmt.Fprintf(w, "next: cd %s && make run   (go mod tidy, go build, hvdrun -np 2 bin/train)\n", dir)
 	default:
-		fmt.Fprintf(w, "next: hvdgen plugin install %s, then cd %s && make run   (hvdrun -np 2 python3 train.py)\n", opts.Framework, dir)
+		fmt.Fprintf(w, "next: hvdgen plugin install %s   (once per Python environment; --python PATH for another than python3)\n", opts.Framework)
+		fmt.Fprintf(w, "      cd %s && make run   (hvdrun -np 2 python3 train.py; make run PYTHON=PATH likewise)\n", dir)
 	}
 	return nil
 }

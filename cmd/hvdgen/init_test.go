@@ -75,3 +75,38 @@ func TestInitDryRunAndNames(t *testing.T) {
 		t.Fatalf("go.mod:\n%s", mod)
 	}
 }
+
+// Without --hvd-replace a Go project points at the source hvdgen was built
+// from and starts with its go.sum; when that source is unknown, init warns.
+func TestInitGoReplacesWithOwnSource(t *testing.T) {
+	repo, _ := filepath.Abs("../..")
+	dir := filepath.Join(t.TempDir(), "g")
+	out, errOut, code := run(t, "init", "--framework", "go", dir)
+	if code != 0 || !strings.Contains(out, "go.mod: replace github.com/hvdorg/hvd => "+repo) {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	mod, _ := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if !strings.Contains(string(mod), `replace github.com/hvdorg/hvd => "`+repo+`"`) {
+		t.Fatalf("go.mod:\n%s", mod)
+	}
+	sum, _ := os.ReadFile(filepath.Join(dir, "go.sum"))
+	want, _ := os.ReadFile(filepath.Join(repo, "go.sum"))
+	if len(sum) == 0 || string(sum) != string(want) {
+		t.Fatalf("go.sum is not the source's (%d bytes, want %d)", len(sum), len(want))
+	}
+
+	saved := hvdSourceDir
+	defer func() { hvdSourceDir = saved }()
+	hvdSourceDir = t.TempDir() // not the hvd module
+	dir = filepath.Join(t.TempDir(), "g2")
+	out, _, code = run(t, "init", "--framework", "go", dir)
+	if code != 0 || !strings.Contains(out, "warning: go.mod requires github.com/hvdorg/hvd, which no module proxy serves") {
+		t.Fatalf("unknown source: exit %d\n%s", code, out)
+	}
+	if mod, _ := os.ReadFile(filepath.Join(dir, "go.mod")); strings.Contains(string(mod), "replace") {
+		t.Fatalf("go.mod has a replace:\n%s", mod)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "go.sum")); err == nil {
+		t.Fatal("go.sum written without a source")
+	}
+}

@@ -55,6 +55,15 @@ type Options struct {
 	// HvdVersion is the version of the hvd module a Go project requires
 	// (default v0.0.0-00010101000000-000000000000 with HvdReplace, else latest).
 	HvdVersion string
+	// GoSum, for a Go project with HvdReplace, is the go.sum of the hvd
+	// source it points at: written as the project's go.sum, so that `go mod
+	// tidy` finds the checksums of hvd's dependencies without asking a
+	// checksum database (it drops the lines the project does not need).
+	GoSum []byte
+	// Hvdrun is an absolute path the Makefile tries last for hvdrun (the
+	// one next to hvdgen); "" for none. No spaces, quotes or '$' (make
+	// cannot quote them).
+	Hvdrun string
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9._-]{0,99}$`)
@@ -76,6 +85,12 @@ func (o *Options) Validate() error {
 	if strings.ContainsAny(o.HvdReplace, "\n\"`") {
 		return fmt.Errorf("scaffold: replace path %q has a newline or quote", o.HvdReplace)
 	}
+	if o.Hvdrun != "" && (!path.IsAbs(o.Hvdrun) || strings.ContainsAny(o.Hvdrun, " \t\n\"'`$\\#%")) {
+		return fmt.Errorf("scaffold: hvdrun path %q: want an absolute path without spaces, quotes, '$', '#' or '%%' (make cannot quote them)", o.Hvdrun)
+	}
+	if o.GoSum != nil && (o.Framework != "go" || o.HvdReplace == "") {
+		return fmt.Errorf("scaffold: a go.sum is for a Go project with a replace directive")
+	}
 	return nil
 }
 
@@ -96,6 +111,9 @@ func Generate(o Options) (map[string][]byte, error) {
 		return nil, fmt.Errorf("scaffold: hvd.yaml: %w", err)
 	}
 	out := map[string][]byte{"hvd.yaml": yml}
+	if o.GoSum != nil {
+		out["go.sum"] = bytes.Clone(o.GoSum)
+	}
 	dirs := []string{"templates/" + o.Framework}
 	td := data{Options: o}
 	if py, ok := python[o.Framework]; ok {
