@@ -1,5 +1,5 @@
 // Package pypkg assembles the hvd Python package a framework plugin emits:
-// the shared core (hvd/__init__.py, hvd/common) from the embedded sources
+// the shared core (hvd/__init__.py, hvd/common, hvd/runner) from the embedded sources
 // in package python, plus the framework's own subpackage.
 package pypkg
 
@@ -16,7 +16,7 @@ import (
 )
 
 // Core is what every framework package needs.
-var Core = []string{"hvd/__init__.py", "hvd/common"}
+var Core = []string{"hvd/__init__.py", "hvd/common", "hvd/runner"}
 
 // Select returns the embedded files at the given paths (a file, or a
 // directory taken whole), sorted. A path that does not exist is an error.
