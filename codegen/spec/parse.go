@@ -68,14 +68,14 @@ func (p *parser) document(data []byte) (*yaml.Node, *Error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &Error{File: file, Line: 1, Column: 1, Msg: "the file is empty: expected a mapping with version, project and framework"}
 		}
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	var extra yaml.Node
 	switch err := dec.Decode(&extra); {
 	case err == nil:
 		return nil, &Error{File: file, Line: extra.Line, Column: extra.Column, Msg: "a second YAML document: an hvd.yaml holds exactly one (remove the --- separator)"}
 	case !errors.Is(err, io.EOF):
-		return nil, syntaxError(file, err)
+		return nil, syntaxError(file, data, err)
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
 		return nil, &Error{File: file, Line: doc.Line, Column: doc.Column, Msg: "expected a mapping with version, project and framework"}
@@ -83,13 +83,34 @@ func (p *parser) document(data []byte) (*yaml.Node, *Error) {
 	return doc.Content[0], nil
 }
 
-func syntaxError(file string, err error) *Error {
+// syntaxError positions a YAML syntax error at the line (and column) that
+// is wrong (locateSyntaxError), falling back to the line yaml.v3 names.
+func syntaxError(file string, data []byte, err error) *Error {
 	msg := err.Error()
+	e := &Error{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
 	if m := yamlLine.FindStringSubmatch(msg); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		return &Error{File: file, Line: line, Msg: "invalid YAML: " + m[2]}
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Msg = "invalid YAML: " + m[2]
 	}
-	return &Error{File: file, Msg: "invalid YAML: " + strings.TrimPrefix(msg, "yaml: ")}
+	if line, col := locateSyntaxError(data); line > 0 {
+		e.Line, e.Column = line, col
+		switch {
+		case strings.Contains(lineOf(data, line), "\t") && !strings.Contains(e.Msg, "tab"):
+			e.Msg += " (this line has a tab: YAML indents with spaces only)"
+		case strings.Contains(e.Msg, "unexpected end of stream"):
+			e.Msg += " (a quote or bracket opened here is never closed)"
+		}
+	}
+	return e
+}
+
+// lineOf returns line n (1-based) of data.
+func lineOf(data []byte, n int) string {
+	lines := strings.SplitN(string(data), "\n", n+1)
+	if n-1 < len(lines) {
+		return lines[n-1]
+	}
+	return ""
 }
 
 // field is a key a mapping may hold.

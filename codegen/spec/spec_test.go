@@ -370,3 +370,52 @@ func TestInputShape(t *testing.T) {
 		}
 	}
 }
+
+// YAML syntax errors are reported at the line (and column) that is wrong,
+// not where yaml.v3's context began.
+func TestSyntaxErrorAtBrokenLine(t *testing.T) {
+	head := "version: 1\nproject: p\nframework: pytorch\n"
+	for _, c := range []struct {
+		name      string
+		yaml      string
+		line, col int // of the broken line, counting the 3 head lines
+	}{
+		{"key indented too little", head + "parallel:\n  stages: 2\n data_parallel: 2\n", 6, 2},
+		{"key indented too much", head + "parallel:\n  stages: 2\n     data_parallel: 2\n", 6, 19}, // read as a continuation of "2": the colon is wrong
+		{"tab", head + "parallel:\n\tstages: 2\n", 5, 1},
+		{"second colon", "version: 1\nproject: a: b\nframework: pytorch\n", 2, 11},
+		{"unclosed quote", "version: 1\nproject: \"abc\nframework: pytorch\n", 2, 10},
+		{"unclosed flow mapping", head + "model:\n  layers:\n    - type: Linear\n      args: {in_features: 4, out_features: 2\n    - type: ReLU\n", 7, 13},
+		{"list item out of line", head + "model:\n  layers:\n    - type: Linear\n   - type: ReLU\n", 7, 4},
+		{"wrong bracket in a flow list", head + "model:\n  layers: [\n    {type: Linear},\n    {type: ReLU]\n  ]\n", 7, 5},
+		{"list then scalar", head + "generate:\n  - split\n  bindings\n", 6, 3},
+		{"deeper key out of line", head + "model:\n  layers:\n    - type: Linear\n      args:\n        in_features: 4\n       out_features: 2\n", 9, 8},
+		{"indented root key", "version: 1\nproject: p\n  framework: pytorch\n", 3, 12},
+	} {
+		_, err := Parse("hvd.yaml", []byte(c.yaml))
+		var e *Error
+		if !errors.As(err, &e) {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if e.Line != c.line || e.Column != c.col || !strings.Contains(e.Msg, "invalid YAML") {
+			lines := strings.Split(c.yaml, "\n")
+			t.Errorf("%s: reported %d:%d %q, want %d:%d (the broken line %q)", c.name, e.Line, e.Column, e.Msg, c.line, c.col, lines[c.line-1])
+		}
+	}
+}
+
+// Huge malformed files fall back to the library's line without searching.
+func TestSyntaxErrorLargeFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("version: 1\nproject: p\nframework: pytorch\nmodel:\n  layers:\n")
+	for i := 0; i < maxLocateLines+10; i++ {
+		b.WriteString("    - type: ReLU\n")
+	}
+	b.WriteString("   - type: ReLU\n")
+	_, err := Parse("hvd.yaml", []byte(b.String()))
+	var e *Error
+	if !errors.As(err, &e) || e.Line == 0 || !strings.Contains(e.Msg, "invalid YAML") {
+		t.Fatalf("%v", err)
+	}
+}
