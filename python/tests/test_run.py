@@ -87,11 +87,13 @@ def raise_custom():
 
 @pytest.fixture(autouse=True)
 def _private_run_dir(tmp_path, monkeypatch):
-    """Every run's temporary directory goes under tmp_path, which must be
-    empty again afterwards (no leaked payloads or results)."""
-    monkeypatch.setenv('HVD_RUN_DIR', str(tmp_path))
+    """Every run's temporary directory goes under a directory of its own,
+    which must be empty again afterwards (no leaked payloads or results)."""
+    runs = tmp_path / 'runs'
+    runs.mkdir()
+    monkeypatch.setenv('HVD_RUN_DIR', str(runs))
     yield
-    assert os.listdir(str(tmp_path)) == [], 'hvd.run left files behind'
+    assert os.listdir(str(runs)) == [], 'hvd.run left files behind'
 
 
 def test_hvd_run_is_exported():
@@ -240,7 +242,7 @@ def test_function_of_the_main_script(tmp_path):
     env = dict(os.environ)
     env['PYTHONPATH'] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(hvd.__file__)),
                                                      env.get('PYTHONPATH')] if p)
-    env['HVD_RUN_DIR'] = str(tmp_path / 'runs')
+    env['HVD_RUN_DIR'] = str(tmp_path / 'runs-main')
     os.mkdir(env['HVD_RUN_DIR'])
     try:
         p = subprocess.run([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
@@ -263,3 +265,34 @@ def test_payload_is_pickle_readable(tmp_path):
     header = pickle.loads(data)
     func, args, kwargs = pickle.loads(header['call'])
     assert func is allreduce_rank and args == ('x',) and kwargs == {}
+
+
+def test_find_hvdrun_order(tmp_path):
+    """HVD_HVDRUN, then DIR/bin beside an installed DIR/hvd, then PATH."""
+    import shutil
+    site = tmp_path / 'site'
+    shutil.copytree(os.path.dirname(hvd.__file__), str(site / 'hvd'),
+                    ignore=shutil.ignore_patterns('*.so', '__pycache__'))
+    fakes = {}
+    for where in ('site/bin', 'onpath', 'explicit'):
+        d = tmp_path / where
+        d.mkdir(parents=True)
+        fakes[where] = str(d / 'hvdrun')
+        with open(fakes[where], 'w') as f:
+            f.write('#!/bin/sh\nexit 0\n')
+        os.chmod(fakes[where], 0o755)
+    env = {k: v for k, v in os.environ.items() if k != 'HVD_HVDRUN'}
+    env['PYTHONPATH'] = str(site)
+    env['PATH'] = str(tmp_path / 'onpath') + os.pathsep + env.get('PATH', '')
+
+    def found(extra):
+        e = dict(env, **extra)
+        p = subprocess.run([sys.executable, '-c', 'from hvd.runner import find_hvdrun; print(find_hvdrun())'],
+                           env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        return p.stdout.decode().strip()
+
+    assert found({'HVD_HVDRUN': fakes['explicit']}) == fakes['explicit']
+    assert found({}) == fakes['site/bin']
+    os.remove(fakes['site/bin'])
+    if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(sys.executable)), 'hvdrun')):
+        assert found({}) == fakes['onpath']

@@ -30,10 +30,12 @@ the ``__cause__``); or the first rank that exited without a result (killed,
 ``os._exit``), with hvdrun's exit status. hvdrun then stops the other ranks,
 so a rank waiting in a collective for the failed one does not hang the run.
 
-Where hvdrun is found, first match wins: ``$HVD_HVDRUN``; ``hvdrun`` next to
-the Python interpreter (a virtual environment's ``bin/``, where ``hvdgen
-plugin install`` puts it); ``bin/hvdrun`` of the source tree when the package
-is the tree's ``build/python/hvd``; ``hvdrun`` on ``PATH``.
+Where hvdrun is found, first match wins: ``$HVD_HVDRUN``; ``bin/hvdrun``
+beside the ``hvd`` package's directory (``hvdgen plugin install --target
+DIR`` puts it in ``DIR/bin``); ``hvdrun`` next to the Python interpreter (a
+virtual environment's ``bin/``, where ``hvdgen plugin install`` puts it);
+``bin/hvdrun`` of the source tree when the package is the tree's
+``build/python/hvd``; ``hvdrun`` on ``PATH``.
 
 Remote hosts (``hosts``/``hostfile`` naming other machines) read the
 payload and write results through the filesystem: set ``HVD_RUN_DIR`` to a
@@ -101,6 +103,9 @@ def find_hvdrun():
         raise FileNotFoundError('hvd.run: HVD_HVDRUN=%s is not an executable file' % env)
     pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     candidates = [
+        # hvdgen plugin install --target DIR puts hvdrun into DIR/bin, next to DIR/hvd
+        os.path.join(pkg_parent, 'bin', 'hvdrun'),
+        # a virtual environment's bin/ (hvdgen plugin install without --target)
         os.path.join(os.path.dirname(os.path.abspath(sys.executable)), 'hvdrun'),
         # <tree>/build/python/hvd/runner/__init__.py -> <tree>/bin/hvdrun
         os.path.normpath(os.path.join(pkg_parent, '..', '..', 'bin', 'hvdrun')),
