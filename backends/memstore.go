@@ -31,6 +31,23 @@ func (m *MemStore) Set(_ context.Context, key string, value []byte) error {
 	return nil
 }
 
+// Delete implements StoreDeleter.
+func (m *MemStore) Delete(_ context.Context, key string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.kv, key)
+	return nil
+}
+
+// Len is the number of keys stored (for tests that check nothing piles up).
+func (m *MemStore) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.kv)
+}
+
+var _ StoreDeleter = (*MemStore)(nil)
+
 // Get implements Store.
 func (m *MemStore) Get(ctx context.Context, key string) ([]byte, error) {
 	for {

@@ -233,6 +233,34 @@ type Store interface {
 	Get(ctx context.Context, key string) ([]byte, error)
 }
 
+// StoreDeleter is a Store that can remove keys (Horovod's store protocol
+// has DELETE /<scope>/<key>). The store serving a job lives as long as the
+// job, so a backend deletes the keys it published as soon as no peer can
+// need them (tcp: its address once the mesh is up; shm: its member record
+// and the segment name once every member attached); with a Store that lacks
+// Delete those keys stay. Deleting an absent key is not an error.
+type StoreDeleter interface {
+	Store
+	Delete(ctx context.Context, key string) error
+}
+
+// DeleteKeys removes keys from st when st is a StoreDeleter (best effort:
+// the first error is returned, the rest are still tried) and does nothing
+// otherwise.
+func DeleteKeys(ctx context.Context, st Store, keys ...string) error {
+	d, ok := st.(StoreDeleter)
+	if !ok {
+		return nil
+	}
+	var first error
+	for _, k := range keys {
+		if err := d.Delete(ctx, k); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Errors returned by backends; wrap with %w and test with errors.Is.
 var (
 	// ErrPeerFailure: a peer died, closed its connection, timed out or

@@ -189,7 +189,9 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 	if p != nil {
 		pe.Peer, pe.Global, pe.Addr = p.rank, c.globalOf(p.rank), p.addr
 	}
-	if p != nil && (errors.Is(err, errEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)) {
+	if p != nil && errors.Is(err, errPeerClosed) {
+		pe.Err = fmt.Errorf("it stopped: rank %d closed the communicator (shut down)", p.rank)
+	} else if p != nil && (errors.Is(err, errEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)) {
 		// Did the peer abort on purpose? It publishes why before closing.
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		reason, gerr := c.store.Get(ctx, abortKey(c.prefix, p.rank))
@@ -226,12 +228,20 @@ func (c *Comm) Close() error {
 	defer c.mu.Unlock()
 	c.idleMu.Lock() // and for Idle (woken by wakeFd)
 	defer c.idleMu.Unlock()
-	if c.broken.Load() == nil && c.size > 1 {
+	if c.broken.Load() == nil {
 		// Peers that are still running will see the connections close; tell
-		// them it was on purpose, so they need not wait for a reason.
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		c.store.Set(ctx, abortKey(c.prefix, c.rank), []byte(fmt.Sprintf("rank %d closed the communicator (shut down)", c.rank)))
-		cancel()
+		// them it was on purpose with a close notice on each connection. Every
+		// operation of this rank is over (c.mu), so each stream is at a frame
+		// boundary. Not through the store: a key per rank and communicator
+		// would stay there for the rest of the job (a set added and removed
+		// a million times).
+		var b [hdrLen]byte
+		header{kind: kindBye}.encode(&b)
+		for _, p := range c.peers {
+			if p != nil {
+				unix.SendmsgN(p.fd, b[:], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+			}
+		}
 	}
 	for _, p := range c.peers {
 		if p != nil {
@@ -264,7 +274,10 @@ func (c *Comm) getRing(i int) []byte {
 	return c.rings[i]
 }
 
-var errEOF = errors.New("connection closed by peer (EOF)")
+var (
+	errEOF        = errors.New("connection closed by peer (EOF)")
+	errPeerClosed = errors.New("peer closed the communicator")
+)
 
 // readv and sendv are the non-blocking data-path syscalls. They use a fixed
 // two-entry iovec (header + payload) so the hot path does not allocate, and

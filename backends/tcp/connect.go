@@ -11,12 +11,15 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/hvdorg/hvd/backends"
 )
 
 // Connection setup. Every member listens on its own port and publishes
@@ -27,13 +30,41 @@ import (
 // stranger cannot join and a connection from another communicator or job is
 // refused):
 //
-//	dialer  → "HVDTCP01" | len(prefix) u16 | prefix | from u32 | to u32 | nonceD[16]
+//	dialer  → "HVDTCP02" | len(prefix) u16 | prefix | from u32 | to u32 | nonceD[16]
 //	acceptor→ nonceA[16] | HMAC(secret, "A" | prefix | from | to | nonceD)
 //	dialer  → HMAC(secret, "D" | prefix | from | to | nonceA)
+//	acceptor→ 'K' (accepted) or 'N' (wrong signature)
 //
-// A refused handshake is logged by closing that connection; the acceptor
-// keeps waiting for the genuine peer until the connect timeout.
-const handshakeMagic = "HVDTCP01"
+// A refused handshake is closed; the acceptor keeps waiting for the genuine
+// peer until the connect timeout. Anyone who can reach the listener can open
+// connections to it, so the acceptor serves handshakes concurrently (an idle
+// or slow connection never delays the real peers), closes a connection at
+// its first byte that differs from the magic, bounds each handshake by
+// handshakeTimeout, and holds at most (peers still expected) +
+// maxStrangerHandshakes unfinished handshakes: a further connection evicts
+// the oldest. A dialer whose handshake was cut short (no final 'K') retries
+// until the connect timeout; only a wrong signature fails it at once.
+const handshakeMagic = "HVDTCP02"
+
+const (
+	// handshakeTimeout bounds one incoming handshake (a real peer needs one
+	// round trip).
+	handshakeTimeout = 5 * time.Second
+	// maxStrangerHandshakes is how many unfinished handshakes beyond the
+	// expected peers the acceptor holds before evicting the oldest.
+	maxStrangerHandshakes = 64
+	// handshakeAck ends a successful handshake, handshakeNack one whose
+	// dialer signature was wrong.
+	handshakeAck  = 'K'
+	handshakeNack = 'N'
+	// redialDelay spaces a dialer's retries (listener not up yet, or a
+	// handshake cut short).
+	redialDelay = 20 * time.Millisecond
+)
+
+// errAuth marks a handshake that reached the signature check and failed it:
+// retrying cannot help.
+var errAuth = errors.New("peer failed authentication (wrong secret key)")
 
 func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte) []byte {
 	m := hmac.New(sha256.New, secret)
@@ -49,6 +80,111 @@ func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte)
 
 func addrKey(prefix string, rank int) string { return prefix + "/addr/" + strconv.Itoa(rank) }
 
+// storeCleanupTimeout bounds a best-effort delete of this rank's keys.
+const storeCleanupTimeout = 2 * time.Second
+
+// result is one connection of the mesh being built (or an error).
+type result struct {
+	peer int
+	conn *net.TCPConn
+	err  error
+}
+
+// acceptPeers accepts connections on ln until nAccept distinct higher ranks
+// passed the handshake (each sent on results), ctx ends, or ln fails (an
+// error on results). Handshakes run concurrently, see handshakeMagic. When
+// it returns, ln is closed, every connection it did not hand over is closed
+// and every goroutine it started has exited.
+func (c *Comm) acceptPeers(ctx context.Context, ln *net.TCPListener, cfg *Config, nAccept int, results chan<- result) {
+	defer ln.Close()
+	if nAccept <= 0 {
+		return
+	}
+	if d, ok := ctx.Deadline(); ok {
+		ln.SetDeadline(d)
+	}
+	stop := make(chan struct{})
+	accepted := make(chan *net.TCPConn)
+	acceptErr := make(chan error, 1)
+	var acceptWG sync.WaitGroup
+	acceptWG.Add(1)
+	go func() {
+		defer acceptWG.Done()
+		for {
+			conn, err := ln.AcceptTCP()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			select {
+			case accepted <- conn:
+			case <-stop:
+				conn.Close()
+				return
+			}
+		}
+	}()
+	type outcome struct {
+		conn *net.TCPConn
+		peer int
+		err  error
+	}
+	outcomes := make(chan outcome)
+	var pending []*net.TCPConn // unfinished handshakes, oldest first
+	inflight := 0              // handshake goroutines not yet reported
+	maxPending := nAccept + maxStrangerHandshakes
+	defer func() {
+		close(stop)
+		ln.Close()
+		acceptWG.Wait()
+		for _, cn := range pending {
+			cn.Close() // wakes its handshake
+		}
+		for ; inflight > 0; inflight-- {
+			if o := <-outcomes; o.err == nil {
+				o.conn.Close()
+			}
+		}
+	}()
+	got := make(map[int]bool)
+	for len(got) < nAccept {
+		select {
+		case conn := <-accepted:
+			if len(pending) >= maxPending {
+				pending[0].Close() // its goroutine reports an error
+				pending = pending[1:]
+			}
+			pending = append(pending, conn)
+			inflight++
+			go func() {
+				peer, err := c.acceptHandshake(ctx, conn, cfg)
+				outcomes <- outcome{conn, peer, err}
+			}()
+		case o := <-outcomes:
+			inflight--
+			if i := slices.Index(pending, o.conn); i >= 0 {
+				pending = slices.Delete(pending, i, i+1)
+			}
+			if o.err != nil || o.peer <= c.rank || got[o.peer] {
+				o.conn.Close() // refused: stranger, wrong job, wrong set, bad secret or duplicate
+				continue
+			}
+			got[o.peer] = true
+			results <- result{peer: o.peer, conn: o.conn}
+		case err := <-acceptErr:
+			// A deadline is reported by establish, which names the ranks
+			// that did not connect.
+			var ne net.Error
+			if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
+				results <- result{peer: -1, err: fmt.Errorf("hvd: tcp: accept: %w", err)}
+			}
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
 // establish builds the full mesh. It returns conns indexed by peer rank (nil
 // at c.rank).
 func (c *Comm) establish(ctx context.Context, cfg *Config) error {
@@ -61,44 +197,24 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("hvd: tcp: listen on %s: %w", host, err)
 	}
 	defer ln.Close()
-	if err := cfg.Store.Set(ctx, addrKey(cfg.Prefix, c.rank), []byte(ln.Addr().String())); err != nil {
+	key := addrKey(cfg.Prefix, c.rank)
+	if err := cfg.Store.Set(ctx, key, []byte(ln.Addr().String())); err != nil {
 		return fmt.Errorf("hvd: tcp: publish address of rank %d: %w", c.rank, err)
 	}
+	// Once establish returns, every higher rank has connected (or the mesh
+	// failed): nobody needs the address any more.
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), storeCleanupTimeout)
+		defer cancel()
+		_ = backends.DeleteKeys(dctx, cfg.Store, key)
+	}()
 
-	type result struct {
-		peer int
-		conn *net.TCPConn
-		err  error
-	}
 	results := make(chan result, c.size)
 	// Accept from higher ranks.
-	nAccept := c.size - 1 - c.rank
 	acceptDone := make(chan struct{})
 	go func() {
 		defer close(acceptDone)
-		got := make(map[int]bool)
-		for len(got) < nAccept {
-			if d, ok := ctx.Deadline(); ok {
-				ln.(*net.TCPListener).SetDeadline(d)
-			}
-			conn, err := ln.Accept()
-			if err != nil {
-				// A deadline is reported by the main loop, which names the
-				// ranks that did not connect.
-				var ne net.Error
-				if ctx.Err() == nil && !(errors.As(err, &ne) && ne.Timeout()) {
-					results <- result{peer: -1, err: fmt.Errorf("hvd: tcp: accept: %w", err)}
-				}
-				return
-			}
-			peer, err := c.acceptHandshake(conn.(*net.TCPConn), cfg)
-			if err != nil || peer <= c.rank || got[peer] {
-				conn.Close() // refused: wrong job, wrong set, bad secret or duplicate
-				continue
-			}
-			got[peer] = true
-			results <- result{peer: peer, conn: conn.(*net.TCPConn)}
-		}
+		c.acceptPeers(ctx, ln.(*net.TCPListener), cfg, c.size-1-c.rank, results)
 	}()
 	// Dial lower ranks.
 	for peer := 0; peer < c.rank; peer++ {
@@ -192,23 +308,30 @@ func (c *Comm) dialPeer(ctx context.Context, cfg *Config, peer int) (*net.TCPCon
 		return nil, fmt.Errorf("hvd: tcp: rank %d: address of rank %d not published: %w", c.rank, peer, err)
 	}
 	var d net.Dialer
-	var conn net.Conn
 	for {
-		conn, err = d.DialContext(ctx, "tcp", string(addr))
+		conn, err := d.DialContext(ctx, "tcp", string(addr))
 		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
+			tc := conn.(*net.TCPConn)
+			if err = c.dialHandshake(ctx, tc, cfg, peer); err == nil {
+				return tc, nil
+			}
+			tc.Close()
+			if errors.Is(err, errAuth) || ctx.Err() != nil {
+				return nil, fmt.Errorf("hvd: tcp: rank %d: handshake with rank %d at %s: %w", c.rank, peer, addr, err)
+			}
+			// Cut short (the acceptor evicted us while busy with strangers):
+			// try again.
+		} else if ctx.Err() != nil {
 			return nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w", c.rank, peer, addr, err)
 		}
-		time.Sleep(20 * time.Millisecond) // listener not up yet (ECONNREFUSED): retry
+		t := time.NewTimer(redialDelay) // listener not up yet (ECONNREFUSED), or a retry
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w (last attempt: %v)", c.rank, peer, addr, ctx.Err(), err)
+		}
 	}
-	tc := conn.(*net.TCPConn)
-	if err := c.dialHandshake(ctx, tc, cfg, peer); err != nil {
-		tc.Close()
-		return nil, fmt.Errorf("hvd: tcp: rank %d: handshake with rank %d at %s: %w", c.rank, peer, addr, err)
-	}
-	return tc, nil
 }
 
 func (c *Comm) dialHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config, peer int) error {
@@ -232,23 +355,46 @@ func (c *Comm) dialHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config
 		return fmt.Errorf("peer refused the handshake (wrong secret key, job or process set?): %w", err)
 	}
 	if !hmac.Equal(reply[16:], mac(cfg.Secret, 'A', cfg.Prefix, uint32(c.rank), uint32(peer), nonceD)) {
-		return errors.New("peer failed authentication (wrong secret key)")
+		return errAuth
 	}
-	_, err := conn.Write(mac(cfg.Secret, 'D', cfg.Prefix, uint32(c.rank), uint32(peer), reply[:16]))
-	return err
+	if _, err := conn.Write(mac(cfg.Secret, 'D', cfg.Prefix, uint32(c.rank), uint32(peer), reply[:16])); err != nil {
+		return err
+	}
+	var ack [1]byte
+	if _, err := io.ReadFull(conn, ack[:]); err != nil {
+		return fmt.Errorf("peer did not confirm the handshake (wrong secret key?): %w", err)
+	}
+	if ack[0] == handshakeNack {
+		return errAuth
+	}
+	if ack[0] != handshakeAck {
+		return fmt.Errorf("peer confirmed the handshake with %#x, want %#x", ack[0], handshakeAck)
+	}
+	return nil
 }
 
+var errNotHvd = errors.New("not an hvd connection")
+
 // acceptHandshake authenticates an incoming connection and returns the
-// dialer's rank.
-func (c *Comm) acceptHandshake(conn *net.TCPConn, cfg *Config) (int, error) {
-	conn.SetDeadline(time.Now().Add(5 * time.Second))
+// dialer's rank. It gives up after handshakeTimeout (or at ctx's deadline if
+// sooner), and at the first byte that is not the magic.
+func (c *Comm) acceptHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config) (int, error) {
+	dl := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	conn.SetDeadline(dl)
 	defer conn.SetDeadline(time.Time{})
 	head := make([]byte, len(handshakeMagic)+2)
-	if _, err := io.ReadFull(conn, head); err != nil {
-		return -1, err
-	}
-	if string(head[:len(handshakeMagic)]) != handshakeMagic {
-		return -1, errors.New("not an hvd connection")
+	for n := 0; n < len(head); {
+		k, err := conn.Read(head[n:])
+		n += k
+		if m := min(n, len(handshakeMagic)); string(head[:m]) != handshakeMagic[:m] {
+			return -1, errNotHvd // a stranger is dropped at its first wrong byte
+		}
+		if err != nil {
+			return -1, err
+		}
 	}
 	plen := int(binary.LittleEndian.Uint16(head[len(handshakeMagic):]))
 	if plen != len(cfg.Prefix) {
@@ -277,7 +423,11 @@ func (c *Comm) acceptHandshake(conn *net.TCPConn, cfg *Config) (int, error) {
 		return -1, err
 	}
 	if !hmac.Equal(got, mac(cfg.Secret, 'D', cfg.Prefix, from, to, nonceA)) {
+		conn.Write([]byte{handshakeNack}) // the dialer fails at once instead of retrying
 		return -1, errors.New("authentication failed")
+	}
+	if _, err := conn.Write([]byte{handshakeAck}); err != nil {
+		return -1, err
 	}
 	return int(from), nil
 }

@@ -35,10 +35,14 @@ const (
 	kindP2P
 	kindGather
 	kindBcastMsg
+	// kindBye is sent by Close to every peer (no payload): the peer's next
+	// receive on this connection reports that this rank closed the
+	// communicator, instead of a bare EOF.
+	kindBye
 	numKinds
 )
 
-var kindNames = [...]string{"", "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "send/recv", "control gather", "control broadcast"}
+var kindNames = [...]string{"", "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "send/recv", "control gather", "control broadcast", "close notice"}
 
 func (k msgKind) String() string {
 	if k == 0 || k >= numKinds {

@@ -270,6 +270,9 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 		n -= k
 		if x.hoff == hdrLen {
 			h, err := decodeHeader(x.hb[:])
+			if err == nil && h.kind == kindBye {
+				return 0, errPeerClosed
+			}
 			if err == nil && x.anyLen {
 				if h.len > maxMsgBytes {
 					return 0, fmt.Errorf("corrupt stream: control message of %d bytes (limit %d)", h.len, maxMsgBytes)
