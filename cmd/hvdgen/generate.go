@@ -12,6 +12,7 @@ import (
 
 	"github.com/hvdorg/hvd/codegen/gobind"
 	"github.com/hvdorg/hvd/codegen/spec"
+	"github.com/hvdorg/hvd/codegen/split"
 )
 
 // generateCommand: `hvdgen generate`. A malformed spec or generator input
@@ -80,7 +81,7 @@ func runGenerate(cCtx *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v (run hvdgen init first, or pass -f)", errUsage, err)
 	}
-	s, err := spec.Parse(path, data)
+	s, err := spec.ParseWith(path, data, declaredLayers)
 	if err != nil {
 		return fmt.Errorf("%w: %s is not a valid spec:\n%v", errUsage, path, err)
 	}
@@ -182,4 +183,16 @@ func rel(dir, p string) string {
 		return r
 	}
 	return p
+}
+
+// declaredLayers checks the layers of a spec that lists split through the
+// split generator's catalogue (types, arguments, shape chains), so that
+// their errors come with the spec's own in one run. The plugin checks them
+// again; a factory model is the plugin's to inspect.
+func declaredLayers(s *spec.Spec) error {
+	if !s.Has(spec.GenSplit) || s.Model == nil || s.Model.Factory != "" || len(s.Model.Layers) == 0 {
+		return nil
+	}
+	_, err := split.Catalogue(s)
+	return err
 }

@@ -109,6 +109,38 @@ func TestGenerateSpecErrors(t *testing.T) {
 	}
 }
 
+// One run reports the key errors and the declared layers' errors (type,
+// shape chain) together, before any plugin starts.
+func TestGenerateReportsKeyAndLayerErrorsTogether(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "hvd.yaml")
+	os.WriteFile(bad, []byte(`version: 1
+project: x
+framework: pytorch
+generate: [split]
+model:
+  layers:
+    - type: Linear
+      args: {in_features: 8, out_features: 4}
+    - type: Linear
+      args: {in_features: 6, out_features: 2}
+    - type: Tanhh
+parallel:
+  stages: 2
+  shedule: gpipe
+`), 0o644)
+	_, errOut, code := run(t, "generate", "--plugin-dir", t.TempDir(), "-f", bad)
+	for _, want := range []string{
+		"hvd.yaml:10:27: model.layers[1].args.in_features: layer 1 (Linear) expects 6 features but layer 0 (Linear) produces 4",
+		"hvd.yaml:11:13: model.layers[2].type: unknown PyTorch layer type \"Tanhh\" (did you mean Tanh?)",
+		"hvd.yaml:14:3: parallel: unknown key \"shedule\": did you mean \"schedule\"?",
+	} {
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("exit %d, no %q in:\n%s", code, want, errOut)
+		}
+	}
+}
+
 func TestLineDiff(t *testing.T) {
 	var b bytes.Buffer
 	lineDiff(&b, "f.go", []byte("a\nb\nc\nd\ne\nf\ng\n"), []byte("a\nb\nc\nX\ne\nf\ng\n"))

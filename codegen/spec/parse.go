@@ -20,7 +20,24 @@ import (
 // parallel.micro_batches, parallel.schedule). On failure the error is an
 // ErrorList holding every problem found, each with its position; Parse
 // never panics.
-func Parse(name string, data []byte) (s *Spec, err error) {
+func Parse(name string, data []byte) (s *Spec, err error) { return ParseWith(name, data) }
+
+// Check is a further check of a spec, such as the split generator's layer
+// catalogue (layer types, arguments, shape chains). It returns nil, an
+// *Error or an ErrorList (other errors are reported at the whole file).
+type Check func(s *Spec) error
+
+// ParseWith is Parse followed by checks, whose problems are reported with
+// the spec's own in one sorted list: a file with a misspelt key and an
+// unknown layer type gets both errors in one run. The checks run whenever
+// the root is a mapping, also when Parse found problems, on the spec as
+// far as it could be read; so a check must expect zero values where the
+// file was wrong. Its errors about a value Parse already reported (the
+// same key, or inside one that could not be read) are left out, and one
+// without a position gets that of its nearest enclosing key. A check that
+// panics on a spec with other problems is ignored (it runs again once they
+// are fixed); on a valid spec its panic becomes an error.
+func ParseWith(name string, data []byte, checks ...Check) (s *Spec, err error) {
 	defer func() {
 		// The YAML library is not supposed to panic; if it does, the input
 		// is still only bad input.
@@ -36,6 +53,9 @@ func Parse(name string, data []byte) (s *Spec, err error) {
 	if p.top(root) {
 		p.s.applyDefaults()
 		p.errs = append(p.errs, p.s.check()...)
+		for _, c := range checks {
+			p.errs = append(p.errs, p.s.runCheck(c, p.errs)...)
+		}
 	}
 	if err := p.errs.sorted(); err != nil {
 		return nil, err
@@ -589,4 +609,63 @@ func distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// runCheck runs c and returns its problems that found does not already
+// cover (see ParseWith).
+func (s *Spec) runCheck(c Check, found ErrorList) (out ErrorList) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = nil
+			if len(found) == 0 {
+				out = ErrorList{{File: s.file, Msg: fmt.Sprintf("internal error: a check of the spec failed (%v); please report it", r)}}
+			}
+		}
+	}()
+	err := c(s)
+	if err == nil {
+		return nil
+	}
+	var list ErrorList
+	var one *Error
+	switch {
+	case errors.As(err, &list):
+	case errors.As(err, &one):
+		list = ErrorList{one}
+	default:
+		list = ErrorList{{File: s.file, Msg: err.Error()}}
+	}
+	reported := map[string]bool{}
+	for _, e := range found {
+		reported[e.Path] = true
+	}
+	for _, e := range list {
+		if e.Path != "" && (reported[e.Path] || s.badWithin(e.Path)) {
+			continue
+		}
+		if e.Line == 0 && e.Path != "" {
+			near := s.errorNear(e.Path, e.Msg)
+			e.Line, e.Column = near.Line, near.Column
+		}
+		if e.File == "" {
+			e.File = s.file
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// badWithin reports whether path or a key enclosing it could not be read.
+func (s *Spec) badWithin(path string) bool {
+	for at := path; at != ""; {
+		if s.bad[at] {
+			return true
+		}
+		i := strings.LastIndexAny(at, ".[")
+		if i < 0 {
+			break
+		}
+		at = at[:i]
+	}
+	return false
 }
