@@ -311,7 +311,7 @@ func Usage() string {
 		}
 		fmt.Fprintf(&b, "  %-40s %s\n", spell, d.help)
 	}
-	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout).\n")
+	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout), HVD_PYTHON (the one\ninterpreter --check-build asks; default python3 in PATH and /usr/bin/python3).\n")
 	return b.String()
 }
 

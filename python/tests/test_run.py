@@ -296,3 +296,57 @@ def test_find_hvdrun_order(tmp_path):
     os.remove(fakes['site/bin'])
     if not os.path.exists(os.path.join(os.path.dirname(os.path.abspath(sys.executable)), 'hvdrun')):
         assert found({}) == fakes['onpath']
+
+
+def test_interrupt_stops_the_job(tmp_path):
+    """Ctrl-C in the driver stops hvdrun and every worker, and the run
+    directory is still removed."""
+    import signal
+    import time
+    script = tmp_path / 'job.py'
+    pids = tmp_path / 'pids'
+    pids.mkdir()
+    script.write_text(textwrap.dedent('''
+        import os, sys, time
+        import hvd
+
+        def sleeper(d):
+            with open(os.path.join(d, os.environ['HOROVOD_RANK']), 'w') as f:
+                f.write(str(os.getpid()))
+            time.sleep(120)
+
+        if __name__ == '__main__':
+            try:
+                hvd.run(sleeper, args=(sys.argv[1],), num_proc=2)
+            except KeyboardInterrupt:
+                print('INTERRUPTED')
+    '''))
+    env = dict(os.environ)
+    env['PYTHONPATH'] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(hvd.__file__)),
+                                                     env.get('PYTHONPATH')] if p)
+    runs = tmp_path / 'runs-int'
+    runs.mkdir()
+    env['HVD_RUN_DIR'] = str(runs)
+    p = subprocess.Popen([sys.executable, str(script), str(pids)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, cwd=str(tmp_path))
+    try:
+        deadline = time.time() + 60
+        while len(os.listdir(str(pids))) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        workers = [int(open(str(pids / f)).read()) for f in os.listdir(str(pids))]
+        assert len(workers) == 2, 'workers did not start'
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert b'INTERRUPTED' in out, out.decode()
+    for pid in workers:
+        try:
+            os.kill(pid, 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        assert not alive, 'worker %d survived the interrupt' % pid
+    assert os.listdir(str(runs)) == []
