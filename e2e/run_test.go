@@ -152,3 +152,32 @@ func TestPythonRun(t *testing.T) {
 		}
 	})
 }
+
+// python/tests/test_run.py, run by the driver process itself (not under
+// hvdrun), against the hvdrun built for this test.
+func TestPythonRunSuite(t *testing.T) {
+	pkg := numpyPackage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append(append([]string{}, pytestArgs...), "../python/tests/test_run.py")
+	cmd := exec.CommandContext(ctx, python, args...)
+	cmd.Env = append(os.Environ(), pyEnv(pkg, "HVD_TEST_NO_INIT=1", "HVD_HVDRUN="+bin("hvdrun"))...)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("test_run.py did not finish within 5 minutes:\n%s", tail(string(out), 60))
+	}
+	if err != nil {
+		t.Fatalf("test_run.py: %v\n%s", err, tail(string(out), 80))
+	}
+	s := string(out)
+	if !strings.Contains(s, " passed") {
+		t.Fatalf("no pytest summary:\n%s", tail(s, 40))
+	}
+	for _, bad := range []string{" failed", " error", " skipped"} {
+		if strings.Contains(s, bad) {
+			t.Fatalf("pytest reported %q:\n%s", bad, tail(s, 40))
+		}
+	}
+	t.Log(tail(s, 1))
+}
