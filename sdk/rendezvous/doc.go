@@ -26,9 +26,10 @@
 // OMPI_COMM_WORLD_RANK/_SIZE, MPICH/Hydra PMI_RANK/PMI_SIZE, Slurm
 // SLURM_PROCID with SLURM_NTASKS, and finally a single process (rank 0 of
 // 1). The store address is HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT, else
-// MASTER_ADDR/MASTER_PORT with rank 0 serving it. Half-set pairs, bad
-// integers and ranks outside their size are errors wrapping ErrEnv. The
-// table is in IDENTITY.md next to this file.
+// MASTER_ADDR/MASTER_PORT with rank 0 serving it. Half-set pairs (except
+// torch's LOCAL_RANK without LOCAL_WORLD_SIZE: the local size is then
+// derived at rendezvous), bad integers and ranks outside their size are
+// errors wrapping ErrEnv. The table is in IDENTITY.md next to this file.
 //
 // # Topology
 //
