@@ -371,6 +371,8 @@ import horovod
 
 hvd.init()
 assert horovod.torch is hvd and _basics is not None
+from horovod.runner import run as runner_run  # Horovod's programmatic launcher
+assert horovod.run is runner_run is __import__('hvd').run
 t = torch.ones(3) * (hvd.rank() + 1)
 total = hvd.allreduce(t, op=hvd.Sum, name='sum')
 avg = hvd.allreduce(t, name='avg')
