@@ -82,12 +82,12 @@ func runPluginList(cCtx *cli.Context) error {
 			return "ok"
 		}
 		if inst.ProvidesHorovod() {
-			fmt.Fprintf(w, "  horovod: provided (import horovod.X gives hvd.X)\t%s\n", state(pyinstall.ShimPackage+"/__init__.py"))
+			fmt.Fprintf(w, "  horovod: provided (import horovod.X gives hvd.X): %s\n", state(pyinstall.ShimPackage+"/__init__.py"))
 		} else {
 			fmt.Fprintln(w, "  horovod: not provided (plugin install --provide-horovod adds it)")
 		}
 		for _, sc := range inst.Scripts() {
-			fmt.Fprintf(w, "  script: %s\t%s\n", filepath.Clean(filepath.Join(env.site, filepath.FromSlash(sc))), state(sc))
+			fmt.Fprintf(w, "  script: %s: %s\n", filepath.Clean(filepath.Join(env.site, filepath.FromSlash(sc))), state(sc))
 		}
 	}
 
