@@ -29,7 +29,12 @@ const (
 
 // sign computes the X-Hvd-Auth value.
 func sign(secret []byte, method, requestURI, timestamp string, body []byte) string {
-	bodySum := sha256.Sum256(body)
+	return signSum(secret, method, requestURI, timestamp, sha256.Sum256(body))
+}
+
+// signSum is sign with the body's SHA-256 already computed (the server
+// hashes a body while reading it).
+func signSum(secret []byte, method, requestURI, timestamp string, bodySum [sha256.Size]byte) string {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte(method))
 	m.Write([]byte{'\n'})
@@ -41,8 +46,19 @@ func sign(secret []byte, method, requestURI, timestamp string, body []byte) stri
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// verify checks a request's signature; the error text is sent to the client.
-func verify(secret []byte, method, requestURI, timestamp, auth string, body []byte, now time.Time) error {
+// checkAuthHeaders checks what can be checked before the body is read: the
+// signature is present and has the form of an HMAC-SHA256 in hex, and the
+// timestamp is within MaxClockSkew. The error text is sent to the client.
+func checkAuthHeaders(timestamp, auth string, now time.Time) error {
+	if auth == "" {
+		return fmt.Errorf("no %s header; this store requires the job's secret key (HVD_SECRET_KEY)", HeaderAuth)
+	}
+	if len(auth) != 2*sha256.Size {
+		return fmt.Errorf("%s is %d characters, want %d hex digits", HeaderAuth, len(auth), 2*sha256.Size)
+	}
+	if _, err := hex.DecodeString(auth); err != nil {
+		return fmt.Errorf("%s is not hex", HeaderAuth)
+	}
 	ns, err := strconv.ParseInt(timestamp, 10, 64)
 	if err != nil {
 		return fmt.Errorf("%s %q is not a unix time in nanoseconds", HeaderTimestamp, timestamp)
@@ -54,11 +70,17 @@ func verify(secret []byte, method, requestURI, timestamp, auth string, body []by
 	if skew > MaxClockSkew {
 		return fmt.Errorf("%s is %v away from the store's clock (limit %v); synchronise the clocks (NTP)", HeaderTimestamp, skew.Round(time.Second), MaxClockSkew)
 	}
+	return nil
+}
+
+// verifySum checks the signature against the body's SHA-256, once
+// checkAuthHeaders passed.
+func verifySum(secret []byte, method, requestURI, timestamp, auth string, bodySum [sha256.Size]byte) error {
 	got, err := hex.DecodeString(auth)
 	if err != nil {
 		return fmt.Errorf("%s is not hex", HeaderAuth)
 	}
-	want, _ := hex.DecodeString(sign(secret, method, requestURI, timestamp, body))
+	want, _ := hex.DecodeString(signSum(secret, method, requestURI, timestamp, bodySum))
 	if !hmac.Equal(got, want) {
 		return fmt.Errorf("%s signature does not match: the client uses a different secret key (HVD_SECRET_KEY) than the store", HeaderAuth)
 	}

@@ -206,7 +206,9 @@ func (c *Client) Get(ctx context.Context, scope, key string) ([]byte, error) {
 
 // Store returns a backends.Store over scope (mapped by the client's epoch).
 // Keys may contain any character, '/' included: they are escaped into one
-// path segment. Set is Put; Get waits like Client.Get.
+// path segment. Set is Put; Get waits like Client.Get; Delete is
+// Client.Delete (the store also implements backends.StoreDeleter, so
+// backends remove the keys they no longer need).
 func (c *Client) Store(scope string) backends.Store { return &scopedStore{c: c, scope: scope} }
 
 type scopedStore struct {
@@ -220,6 +222,11 @@ func (s *scopedStore) Set(ctx context.Context, key string, value []byte) error {
 
 func (s *scopedStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return s.c.Get(ctx, s.scope, key)
+}
+
+// Delete removes key (Client.Delete; the scope is never a plan scope here).
+func (s *scopedStore) Delete(ctx context.Context, key string) error {
+	return s.c.Delete(ctx, s.scope, key)
 }
 
 func (c *Client) noteServer(resp *response) {

@@ -2,9 +2,11 @@ package rendezvous
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,9 +19,14 @@ import (
 
 // Protocol limits and headers shared by Server and Client.
 const (
-	// MaxValueSize bounds a request body (and so a stored value); larger
-	// PUTs get 413.
-	MaxValueSize = 64 << 20
+	// MaxValueSize bounds a stored value, and so a request body: 1 MiB.
+	// The store carries small records, never tensor data: hvd itself stores
+	// listen addresses, host keys, shared-memory segment names and failure
+	// reasons (all under 4 KiB); Horovod's gloo workers store one rank's
+	// full-mesh address list (about 140 bytes per rank), so 1 MiB covers
+	// jobs of several thousand ranks. A larger PUT gets 413 from its
+	// Content-Length, before any of the body is read.
+	MaxValueSize = 1 << 20
 	// MaxWait caps the server-side hold of GET ?wait_ms=N.
 	MaxWait = 60 * time.Second
 	// HeaderStore is set to "1" on every response of this server. Horovod's
@@ -29,14 +36,20 @@ const (
 	// headerClosed marks the 503 sent to held requests when the server closes.
 	headerClosed = "X-Hvd-Store-Closed"
 
-	bodyReadTimeout = 30 * time.Second
+	// bodyReadTimeout bounds reading one request body (a stalled upload
+	// is dropped with 408).
+	bodyReadTimeout = 10 * time.Second
 	shutdownGrace   = 5 * time.Second
 )
 
 // ServerConfig configures NewServer.
 type ServerConfig struct {
-	// Addr is the listen address, e.g. "0.0.0.0:0" (all interfaces, random
-	// free port, as horovodrun does) or "127.0.0.1:29500". "" means ":0".
+	// Addr is the listen address, e.g. "127.0.0.1:0" (loopback, random
+	// free port) or "10.0.0.5:29500". Listen only where the job's hosts
+	// reach the store (hvdrun: loopback for a one-host job, else the one
+	// address the workers are told to dial), not on all interfaces: every
+	// peer that reaches the port can make the server spend the bounded
+	// resources described in guard.go. "" means ":0".
 	Addr string
 	// Secret is the job's secret key. nil disables authentication (needed
 	// when horovodrun --gloo workers talk to this store); otherwise every
@@ -58,16 +71,22 @@ type ServerConfig struct {
 //
 // Scope and key are single path segments, percent-escaped by clients ('/'
 // inside a key is %2F); the server stores them unescaped. Values are opaque
-// bytes. Errors are 400 (bad path or query), 401 (authentication), 405
-// (method), 408 (body read timed out), 413 (body over MaxValueSize) and 503
-// (server closing), each with a plain-text body that starts with
-// "hvd: rendezvous:".
+// bytes. Errors are 400 (bad path, query or body), 401 (authentication),
+// 405 (method), 408 (body read timed out), 411 (signed PUT without
+// Content-Length), 413 (body over MaxValueSize) and 503 (server closing, or
+// too many unverified bodies pending: see guard.go), each with a plain-text
+// body that starts with "hvd: rendezvous:".
+//
+// With a secret, the signature header's form and timestamp are checked
+// before any body byte is read, and the body is hashed as it arrives; what
+// unauthenticated peers can hold is bounded as described in guard.go.
 //
 // All methods are safe for concurrent use. The server serves from its own
 // goroutines until Close.
 type Server struct {
 	secret    []byte
-	ln        net.Listener
+	ln        *guardListener
+	budget    *budget
 	srv       *http.Server
 	serveDone chan struct{}
 	closing   chan struct{}
@@ -103,12 +122,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if addr == "" {
 		addr = ":0"
 	}
-	ln, err := net.Listen("tcp", addr)
+	tl, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("hvd: rendezvous: store cannot listen on %q: %w", addr, err)
 	}
+	ln := newGuardListener(tl, MaxStrangerConns)
 	s := &Server{
 		ln:        ln,
+		budget:    newBudget(MaxPendingBodyBytes),
 		serveDone: make(chan struct{}),
 		closing:   make(chan struct{}),
 		data:      map[string]map[string][]byte{},
@@ -123,10 +144,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s.srv = &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ConnState:         s.trackConn,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
+		ErrorLog: log.New(io.Discard, "", 0), // strangers' protocol errors are not news
 	}
 	go func() {
 		defer close(s.serveDone)
@@ -248,16 +273,22 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusMethodNotAllowed, "method %s not allowed; the store speaks GET, PUT and DELETE /<scope>/<key>", r.Method)
 		return
 	}
-	if s.secret != nil && r.Header.Get(HeaderAuth) == "" {
-		s.fail(w, http.StatusUnauthorized, "request rejected: no %s header; this store requires the job's secret key (HVD_SECRET_KEY)", HeaderAuth)
-		return
+	ts, auth := r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderAuth)
+	if s.secret != nil {
+		// Everything that needs no body is checked before any is read.
+		if err := checkAuthHeaders(ts, auth, s.now()); err != nil {
+			w.Header().Set("Connection", "close")
+			s.fail(w, http.StatusUnauthorized, "request rejected: %v", err)
+			return
+		}
 	}
-	body, ok := s.readBody(w, r)
+	body, sum, ok := s.readBody(w, r)
 	if !ok {
 		return
 	}
 	if s.secret != nil {
-		if err := verify(s.secret, r.Method, r.RequestURI, r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderAuth), body, s.now()); err != nil {
+		if err := verifySum(s.secret, r.Method, r.RequestURI, ts, auth, sum); err != nil {
+			w.Header().Set("Connection", "close")
 			s.fail(w, http.StatusUnauthorized, "request rejected: %v", err)
 			return
 		}
@@ -271,6 +302,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.fail(w, http.StatusBadRequest, "%v", err)
 		return
+	}
+	// A valid (signed) request: the connection is no longer a stranger's.
+	if gc, ok := r.Context().Value(connKey{}).(*guardConn); ok {
+		gc.trust()
 	}
 	switch r.Method {
 	case http.MethodPut:
@@ -301,32 +336,107 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readBody reads the whole body under MaxValueSize and a read deadline.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.ContentLength > MaxValueSize {
-		s.fail(w, http.StatusRequestEntityTooLarge, "value of %d bytes is over the limit of %d bytes", r.ContentLength, MaxValueSize)
-		return nil, false
+// readBody reads the request body within the limits of guard.go and
+// returns it with its SHA-256 (computed as the bytes arrive, so the body is
+// held once, in a buffer of exactly its declared size). ok is false when an
+// error answer was sent.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, sum [sha256.Size]byte, ok bool) {
+	n := r.ContentLength
+	reject := func(code int, format string, args ...any) ([]byte, [sha256.Size]byte, bool) {
+		w.Header().Set("Connection", "close")
+		s.fail(w, code, format, args...)
+		return nil, sum, false
 	}
-	if r.ContentLength == 0 {
-		return []byte{}, true
+	switch {
+	case r.Method != http.MethodPut && n != 0:
+		return reject(http.StatusBadRequest, "%s carries no body, this one has %s", r.Method, bodySize(n))
+	case n > MaxValueSize:
+		return reject(http.StatusRequestEntityTooLarge, "value of %d bytes is over the store's limit of %d bytes: the store carries addresses and small records, not data", n, MaxValueSize)
+	case n < 0 && s.secret != nil:
+		return reject(http.StatusLengthRequired, "a signed PUT needs a Content-Length header")
+	case n == 0:
+		return []byte{}, sha256.Sum256(nil), true
+	}
+	reserve := n
+	if n < 0 {
+		reserve = MaxValueSize // chunked, unsigned (Horovod-compatible mode)
+	}
+	if reserve > smallBodyBytes {
+		if !s.budget.acquire(r.Context(), reserve, budgetWait) {
+			w.Header().Set("Retry-After", "1")
+			return reject(http.StatusServiceUnavailable, "store busy: request bodies of %d bytes are waiting to be verified (limit %d bytes); retry", s.budget.inUse(MaxPendingBodyBytes), MaxPendingBodyBytes)
+		}
+		defer s.budget.release(reserve)
 	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(s.now().Add(bodyReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxValueSize))
-	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	defer rc.SetReadDeadline(time.Time{})
+	h := sha256.New()
+	var err error
+	if n > 0 {
+		body = make([]byte, n)
+		_, err = io.ReadFull(io.TeeReader(r.Body, h), body)
+	} else {
+		body, err = io.ReadAll(io.TeeReader(http.MaxBytesReader(w, r.Body, MaxValueSize), h))
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooBig):
-			s.fail(w, http.StatusRequestEntityTooLarge, "value is over the limit of %d bytes", MaxValueSize)
+			return reject(http.StatusRequestEntityTooLarge, "value is over the store's limit of %d bytes", MaxValueSize)
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			s.fail(w, http.StatusRequestTimeout, "timed out after %v reading the request body", bodyReadTimeout)
+			return reject(http.StatusRequestTimeout, "timed out after %v reading the request body", bodyReadTimeout)
 		default:
-			s.fail(w, http.StatusBadRequest, "reading the request body: %v", err)
+			return reject(http.StatusBadRequest, "reading the request body: %v", err)
 		}
-		return nil, false
 	}
-	return body, true
+	h.Sum(sum[:0])
+	return body, sum, true
+}
+
+func bodySize(n int64) string {
+	if n < 0 {
+		return "a chunked body"
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// ServerStats is a snapshot of what a Server holds.
+type ServerStats struct {
+	Scopes, Keys int   // stored
+	Bytes        int64 // stored scope names, keys and values
+	Waiters      int   // requests held by ?wait_ms
+	// Strangers is the number of connections that have not carried a
+	// valid request yet; Evicted counts those closed to make room
+	// (MaxStrangerConns).
+	Strangers int
+	Evicted   int64
+	// PendingBodyBytes is the budget taken by bodies being read and not
+	// yet verified (MaxPendingBodyBytes).
+	PendingBodyBytes int64
+}
+
+// Stats reports what the server holds (for tests and soak checks).
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{
+		Strangers:        s.ln.strangers(),
+		Evicted:          s.ln.evicted.Load(),
+		PendingBodyBytes: s.budget.inUse(MaxPendingBodyBytes),
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for scope, kv := range s.data {
+		st.Scopes++
+		st.Bytes += int64(len(scope))
+		for k, v := range kv {
+			st.Keys++
+			st.Bytes += int64(len(k) + len(v))
+		}
+	}
+	for _, w := range s.waiters {
+		st.Waiters += w.n
+	}
+	return st
 }
 
 // parseQuery accepts only "wait_ms=N" on GET, 0 <= N; N is capped at MaxWait.

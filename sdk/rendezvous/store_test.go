@@ -21,7 +21,7 @@ import (
 	"github.com/hvdorg/hvd/backends"
 )
 
-var _ backends.Store = (*scopedStore)(nil)
+var _ backends.StoreDeleter = (*scopedStore)(nil)
 
 func newServer(t *testing.T, secret []byte) *Server {
 	t.Helper()
