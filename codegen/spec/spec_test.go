@@ -391,6 +391,7 @@ func TestSyntaxErrorAtBrokenLine(t *testing.T) {
 		{"list then scalar", head + "generate:\n  - split\n  bindings\n", 6, 3},
 		{"deeper key out of line", head + "model:\n  layers:\n    - type: Linear\n      args:\n        in_features: 4\n       out_features: 2\n", 9, 8},
 		{"indented root key", "version: 1\nproject: p\n  framework: pytorch\n", 3, 12},
+		{"long line (bisected)", "version: 1\nproject: " + strings.Repeat("a", 200) + ": b\nframework: pytorch\n", 2, 210},
 	} {
 		_, err := Parse("hvd.yaml", []byte(c.yaml))
 		var e *Error

@@ -11,12 +11,14 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Bounds on the work locateSyntaxError does (it parses prefixes of the
-// file, so its cost grows with the square of the file's size).
+// Bounds on the work locateSyntaxError does: it parses prefixes of the file,
+// about log2(lines) of them for the line and up to maxLinearLine for the
+// column.
 const (
 	maxLocateLines = 2000
 	maxLocateBytes = 128 << 10
-	maxLocateLine  = 1000 // bytes of the offending line searched for the column
+	maxLocateLine  = 4096 // bytes of the offending line searched for the column
+	maxLinearLine  = 160  // longer lines are bisected for the column
 )
 
 // yamlError returns the error yaml.v3 reports for data ("" when data is
@@ -69,16 +71,20 @@ func locateSyntaxError(data []byte) (line, col int) {
 	if len(ends) == 0 || ends[len(ends)-1] != len(data) {
 		ends = append(ends, len(data))
 	}
-	k := -1
-	for i, end := range ends {
-		if yamlError(data[:end]) == full {
-			k = i
-			break
+	// The smallest k whose prefix reproduces the error, by bisection: once
+	// a prefix holds the broken spot it fails as the whole file does, and a
+	// shorter one parses or fails otherwise (an unfinished flow collection
+	// can fail alike: see above).
+	lo, hi := 0, len(ends)-1 // ends[hi] == len(data) reproduces it
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if yamlError(data[:ends[mid]]) == full {
+			hi = mid
+		} else {
+			lo = mid + 1
 		}
 	}
-	if k < 0 {
-		return 0, 0
-	}
+	k := lo
 	from := 0
 	if k > 0 {
 		from = ends[k-1]
@@ -88,10 +94,27 @@ func locateSyntaxError(data []byte) (line, col int) {
 		return k + 1, 0
 	}
 	runeCol := func(c int) int { return utf8.RuneCountInString(text[:c]) + 1 }
-	for c := len(text) - 1; c >= 0; c-- {
-		if utf8.RuneStart(text[c]) && yamlError(data[:from+c]) == "" {
-			return k + 1, runeCol(c)
+	valid := func(c int) bool { return yamlError(data[:from+c]) == "" }
+	if len(text) <= maxLinearLine {
+		for c := len(text) - 1; c >= 0; c-- {
+			if utf8.RuneStart(text[c]) && valid(c) {
+				return k + 1, runeCol(c)
+			}
 		}
+	} else if valid(0) {
+		lo, hi := 0, len(text)-1 // valid(lo); the largest valid prefix, by bisection
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if valid(mid) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		for lo > 0 && !utf8.RuneStart(text[lo]) {
+			lo--
+		}
+		return k + 1, runeCol(lo)
 	}
 	// Inside a flow collection left open by an earlier line every prefix
 	// fails, and a truncated one with the same message: point at the
