@@ -361,6 +361,20 @@ func TestProvideHorovodRunsUnmodifiedScript(t *testing.T) {
 	if got, err := cmdOut(t, time.Minute, "", env, py, "-c", "import horovod"); err == nil {
 		t.Fatalf("horovod still importable after uninstall: %s", got)
 	}
+	// pip uninstall removes the shim, its bytecode and the scripts as well.
+	if out, errOut, code := run(t, "plugin", "install", "--plugin-dir", pluginDirForTests, "--lib", lib, "--hvdrun", hvdrun,
+		"--python", py, "--provide-horovod", "pytorch"); code != 0 {
+		t.Fatalf("install again: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if got, err := cmdOut(t, time.Minute, "", []string{"PYTHONPATH="}, py, "-c", "import horovod.torch"); err != nil {
+		t.Fatalf("import horovod.torch (writing __pycache__): %v\n%s", err, got)
+	}
+	if got, err := cmdOut(t, time.Minute, "", nil, py, "-m", "pip", "uninstall", "-y", "hvd"); err != nil {
+		t.Fatalf("pip uninstall: %v\n%s", err, got)
+	}
+	if after := listTree(venv); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("the venv differs after pip uninstall:\nbefore %v\nafter  %v", before, after)
+	}
 }
 
 // horovodScript is written for Horovod, not for hvd.
