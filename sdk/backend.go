@@ -103,6 +103,12 @@ func (w *World) hostComm(ctx context.Context, name string, ranks []int, oneHost 
 		if w.shmFallbackLogged.CompareAndSwap(false, true) {
 			w.logf("hvd: %v; using TCP on this host instead", err)
 		}
+		tc, err := w.tcpComm(ctx, name, ranks)
+		if err == nil {
+			// Every member has read shm's verdict: the TCP mesh is up.
+			backends.DeleteKeys(ctx, w.store, shm.SegmentKey(name+"/shm"))
+		}
+		return tc, err
 	}
 	return w.tcpComm(ctx, name, ranks)
 }
@@ -115,6 +121,15 @@ func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (backends
 		Spin: w.spin, LocalSize: w.topo.LocalSize,
 	})
 }
+
+// Delete lets the backends remove the keys they published once no peer needs
+// them (backends.StoreDeleter); without it keys of every set ever added
+// would stay in the job's store.
+func (p prefixedStore) Delete(ctx context.Context, k string) error {
+	return backends.DeleteKeys(ctx, p.st, p.prefix+k)
+}
+
+var _ backends.StoreDeleter = prefixedStore{}
 
 func (w *World) shmComm(ctx context.Context, name string, ranks []int) (backends.Communicator, error) {
 	return shm.New(ctx, shm.Config{

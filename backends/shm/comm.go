@@ -295,10 +295,11 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c.probe = []uint64{uint64(0x5a5a0000) | uint64(c.rank)}
 
 	me := myFacts()
-	if err := cfg.Store.Set(ctx, cfg.Prefix+"/fact/"+strconv.Itoa(c.rank), []byte(me.String())); err != nil {
+	factKey := cfg.Prefix + "/fact/" + strconv.Itoa(c.rank)
+	if err := cfg.Store.Set(ctx, factKey, []byte(me.String())); err != nil {
 		return nil, fmt.Errorf("hvd: shm: publish member record: %w", err)
 	}
-	segKey := cfg.Prefix + "/segment"
+	segKey := SegmentKey(cfg.Prefix)
 	if c.rank == 0 {
 		verdict := ""
 		for r := 1; r < c.size && verdict == ""; r++ {
@@ -335,6 +336,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 			c.release()
 			return nil, fmt.Errorf("hvd: shm: publish segment: %w", err)
 		}
+		backends.DeleteKeys(ctx, cfg.Store, factKey) // nobody reads rank 0's record
 		if c.seg == nil {
 			return nil, fmt.Errorf("%w: shared memory: %s", backends.ErrUnsupported, verdict)
 		}
@@ -343,6 +345,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hvd: shm: waiting for rank 0's segment: %w", err)
 		}
+		backends.DeleteKeys(ctx, cfg.Store, factKey) // rank 0 read it before it decided
 		name, ok := strings.CutPrefix(string(v), "ok ")
 		if !ok {
 			return nil, fmt.Errorf("%w: shared memory: %s", backends.ErrUnsupported, v)
@@ -360,8 +363,19 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		c.release()
 		return nil, err
 	}
+	if c.rank == 0 {
+		backends.DeleteKeys(ctx, cfg.Store, segKey) // every member mapped it, so read it
+	}
 	return c, nil
 }
+
+// SegmentKey is the store key under prefix where rank 0 publishes the
+// segment's name, or why shared memory cannot be used. Members delete their
+// other keys as soon as nobody needs them, and rank 0 this one once every
+// member attached; when New fails with ErrUnsupported it stays (the members
+// read it at different times), so whoever builds the fallback deletes it
+// once the fallback is up.
+func SegmentKey(prefix string) string { return prefix + "/segment" }
 
 func (c *Comm) initHeader() {
 	c.seg.u64(hdrVersion).Store(version)

@@ -90,8 +90,11 @@ type Comm struct {
 	seq    uint64       // collectives started
 	broken atomic.Pointer[backends.PeerError]
 	closed atomic.Bool
-	wakeFd int // signalled by Close
-	kickFd int // signalled by Kick (wakes Idle)
+	// aborted: fail published this rank's reason in the store; Close
+	// deletes it (the peers read it right after the failure).
+	aborted atomic.Bool
+	wakeFd  int // signalled by Close
+	kickFd  int // signalled by Kick (wakes Idle)
 
 	scratch []byte   // reused receive space (direct algorithms)
 	rings   [][]byte // reused reduce rings, one per concurrent reducer
@@ -205,7 +208,9 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 	c.broken.CompareAndSwap(nil, pe)
 	c.brk.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	c.store.Set(ctx, abortKey(c.prefix, c.rank), []byte(pe.Error()))
+	if c.store.Set(ctx, abortKey(c.prefix, c.rank), []byte(pe.Error())) == nil {
+		c.aborted.Store(true)
+	}
 	cancel()
 	for _, q := range c.peers {
 		if q != nil {
@@ -247,6 +252,14 @@ func (c *Comm) Close() error {
 		if p != nil {
 			unix.Close(p.fd)
 		}
+	}
+	if c.aborted.Load() {
+		// The peers read the reason when they saw this rank's connections
+		// drop, right after the failure; the store outlives the
+		// communicator, so the key must not.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		backends.DeleteKeys(ctx, c.store, abortKey(c.prefix, c.rank))
+		cancel()
 	}
 	unix.Close(c.wakeFd)
 	unix.Close(c.kickFd)

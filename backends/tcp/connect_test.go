@@ -171,8 +171,11 @@ func TestNoKeysLeftInStore(t *testing.T) {
 
 // A peer that closed the communicator is named as such (the close notice),
 // not as a lost connection.
+// The reasons the survivors publish for each other are deleted when they
+// close too.
 func TestCloseNoticeNamesPeer(t *testing.T) {
-	comms, _ := buildMesh(t, backends.NewMemStore(), "bye", 3, 10*time.Second)
+	st := backends.NewMemStore()
+	comms, _ := buildMesh(t, st, "bye", 3, 10*time.Second)
 	comms[2].Close()
 	errs := runAll(comms[:2], func(c *Comm) error { return c.Barrier() })
 	for r, err := range errs {
@@ -180,6 +183,15 @@ func TestCloseNoticeNamesPeer(t *testing.T) {
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "rank 2 closed the communicator") {
 			t.Errorf("rank %d: got %v, want a PeerError saying rank 2 closed the communicator", r, err)
 		}
+	}
+	if st.Len() == 0 {
+		t.Error("the survivors published no failure reason")
+	}
+	for _, c := range comms {
+		c.Close()
+	}
+	if n := st.Len(); n != 0 {
+		t.Errorf("%d keys left in the store after every rank closed", n)
 	}
 }
 
