@@ -78,3 +78,13 @@ func RouteSourceIPv4(host string) (string, error) {
 	defer c.Close()
 	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
 }
+
+// StoreBindAddr is where hvdrun's rendezvous store listens: the one address
+// every worker is told to dial (HOROVOD_GLOO_RENDEZVOUS_ADDR: loopback for a
+// one-host job, else this machine's address towards the hosts), port chosen
+// by the kernel. Not all interfaces: anyone who reaches the port can spend
+// the store's (bounded) pre-authentication resources, and nobody but the
+// job's workers needs to.
+func StoreBindAddr(rendezvousAddr string) string {
+	return net.JoinHostPort(rendezvousAddr, "0")
+}

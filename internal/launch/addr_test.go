@@ -64,3 +64,28 @@ func TestRouteSourceIPv4Unresolvable(t *testing.T) {
 		t.Errorf("RouteSourceIPv4(unresolvable) = %v, want a config error", err)
 	}
 }
+
+// The store listens only where the workers dial it: loopback for a one-host
+// job, the chosen address otherwise; never all interfaces (issue 19).
+func TestStoreListensOnlyWhereWorkersDial(t *testing.T) {
+	mk := func(args ...string) *Job {
+		t.Helper()
+		o, err := ParseArgs(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := NewJob(o, Runtime{NewStore: func(string, []byte) (StoreServer, error) { return nil, nil }, Hostname: "me", Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	if j := mk("-np", "2", "cmd"); j.BindAddr != "127.0.0.1:0" || j.RendezvousAddr != "127.0.0.1" {
+		t.Errorf("one-host job: store on %s, workers dial %s; want 127.0.0.1:0 and 127.0.0.1", j.BindAddr, j.RendezvousAddr)
+	}
+	lo := loopbackName(t)
+	j := mk("-np", "2", "-H", "me:1,remote:1", "--network-interfaces", lo, "cmd")
+	if j.Local["remote"] || j.BindAddr != "127.0.0.1:0" || j.RendezvousAddr != "127.0.0.1" {
+		t.Errorf("multi-host job over %s: store on %s, workers dial %s; want 127.0.0.1:0 (the dialled address), not all interfaces", lo, j.BindAddr, j.RendezvousAddr)
+	}
+}

@@ -120,18 +120,17 @@ func NewJob(o *Options, rt Runtime) (*Job, error) {
 
 	switch {
 	case firstRemote == "":
-		j.RendezvousAddr, j.BindAddr = "127.0.0.1", "127.0.0.1:0"
+		j.RendezvousAddr = "127.0.0.1"
 	case len(o.NetworkInterfaces) > 0:
 		if j.RendezvousAddr, err = InterfaceIPv4(o.NetworkInterfaces[0]); err != nil {
 			return nil, err
 		}
-		j.BindAddr = "0.0.0.0:0"
 	default:
 		if j.RendezvousAddr, err = RouteSourceIPv4(firstRemote); err != nil {
 			return nil, err
 		}
-		j.BindAddr = "0.0.0.0:0"
 	}
+	j.BindAddr = StoreBindAddr(j.RendezvousAddr)
 
 	if j.Extra, err = ExtraEnv(o.Env, rt.Environ); err != nil {
 		return nil, err

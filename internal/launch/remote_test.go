@@ -76,8 +76,8 @@ func TestRemoteLaunch(t *testing.T) {
 		t.Fatalf("Run = %v\n%s", err, r.stderr.String())
 	}
 	secret := fmt.Sprintf("%x", r.store.secret)
-	if r.store.addr != "0.0.0.0:0" {
-		t.Errorf("store listens on %s, want all interfaces for a multi-host job", r.store.addr)
+	if r.store.addr != "127.0.0.1:0" {
+		t.Errorf("store listens on %s, want only the address the workers dial (127.0.0.1 of --network-interfaces %s)", r.store.addr, lo)
 	}
 
 	for rank, host := range []string{"localhost", "hvd-fake-remote", "hvd-fake-remote"} {

@@ -340,7 +340,7 @@ func TestNewJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j.Local["remote"] || !strings.HasPrefix(j.RendezvousAddr, "127.") || j.BindAddr != "0.0.0.0:0" {
+	if j.Local["remote"] || !strings.HasPrefix(j.RendezvousAddr, "127.") || j.BindAddr != j.RendezvousAddr+":0" {
 		t.Errorf("remote: local=%v addr=%s bind=%s", j.Local, j.RendezvousAddr, j.BindAddr)
 	}
 	argv := j.sshArgv("remote", "script")
