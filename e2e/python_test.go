@@ -148,3 +148,19 @@ func TestPythonExampleTrains(t *testing.T) {
 		t.Fatalf("loss did not fall over 4 epochs: %v\n%s", losses, out)
 	}
 }
+
+// Join under real processes: every dtype fused, each rank joining first,
+// cached and fresh names, DistributedOptimizer with uneven steps; np 2, 3
+// and 4 on shared memory and on TCP.
+func TestPythonJoin(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, backend := range []string{"shm", "tcp"} {
+		for _, np := range []int{2, 3, 4} {
+			t.Run(backend+"/np"+strconv.Itoa(np), func(t *testing.T) {
+				args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+				out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_BACKEND="+backend), append(args, "../python/tests/test_join.py")...)
+				checkPytest(t, out, code, np)
+			})
+		}
+	}
+}

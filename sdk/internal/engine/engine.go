@@ -442,7 +442,11 @@ func (e *Engine) round() error {
 	if len(cached) > 0 {
 		list = Fuse(cached, e.cfg.FusionThreshold)
 	}
-	if flags&flagUncached != 0 {
+	// A joining rank forces every rank through the coordinator (above,
+	// hits became uncached), so the negotiation must run whenever a rank
+	// flagged a join, even if no rank had uncached work of its own:
+	// otherwise the demoted hits are dropped and their ops never complete.
+	if flags&(flagUncached|flagJoin) != 0 {
 		e.stats.negotiations.Add(1)
 		e.stats.sent.Add(uint64(len(uncached)))
 		slow, err := e.negotiate(uncached)
