@@ -5,12 +5,16 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
 // ReduceOptions are Horovod's allreduce/reducescatter parameters. The zero
 // value is Horovod's default: Average, no scaling, an automatic name.
 type ReduceOptions struct {
+	// Op is the reduction. Adasum (allreduce only) combines the members'
+	// tensors pairwise with Horovod's adaptive summation: floating tensors,
+	// a power-of-two set size, per tensor even when fused.
 	Op ReduceOp
 	// Prescale multiplies every input before the reduction; Postscale the
 	// result after it (0 means 1). Average divides the postscale by the set
@@ -128,15 +132,38 @@ func (ps *ProcessSet) enqueue(op string, ops ...*engine.Op) (*Handle, error) {
 	if err := ps.usable(op); err != nil {
 		return nil, err
 	}
+	if err := ps.checkAdasum(op, ops); err != nil {
+		return nil, err
+	}
 	if err := ps.eng.Enqueue(ops...); err != nil {
 		return nil, ps.wrapErr(op, err)
 	}
 	return &Handle{ps: ps, op: op, ops: ops}, nil
 }
 
+// checkAdasum refuses an Adasum allreduce on a set whose size is not a
+// power of two, as Horovod does (its VHDD pairs ranks by rank^2^k).
+func (ps *ProcessSet) checkAdasum(op string, ops []*engine.Op) error {
+	for _, o := range ops {
+		if o.Type == engine.Allreduce && o.ReduceOp == uint8(Adasum) && !engine.IsPowerOfTwo(ps.Size()) {
+			return fmt.Errorf("%w: %s: Adasum needs a power-of-two number of ranks, and process set %d %v has %d",
+				backends.ErrUnsupported, op, ps.id, ps.ranks, ps.Size())
+		}
+	}
+	return nil
+}
+
 func (o ReduceOptions) check(op string, t Tensor) error {
 	if err := o.Compression.valid(); err != nil {
 		return err
+	}
+	if o.Op == Adasum {
+		// Horovod's CPU Adasum: float16/32/64 (bfloat16 too here); the set
+		// size is checked at enqueue (checkAdasum).
+		if !engine.AdasumDType(t.DType) {
+			return fmt.Errorf("%w: %s: Adasum supports float16, bfloat16, float32 and float64 tensors, not %v", ErrInvalidArgument, op, t.DType)
+		}
+		return nil
 	}
 	if _, err := o.Op.backendOp(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)

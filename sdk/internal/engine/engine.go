@@ -675,6 +675,9 @@ func sameMemory(a, b []byte) bool {
 // fusion buffer, reduced with one collective and unpacked. Ranks that have
 // joined contribute zeros. Average divides by the set size via postscale.
 func (e *Engine) allreduce(r *Response) error {
+	if r.ReduceOp == adasumOp {
+		return e.adasum(r) // adasum.go
+	}
 	bop, ok := BackendOp(r.ReduceOp)
 	if !ok {
 		return fmt.Errorf("hvd: engine: unsupported reduction %s", opName(r.ReduceOp))
