@@ -164,3 +164,23 @@ func TestPythonJoin(t *testing.T) {
 		}
 	}
 }
+
+// Settings made in the script through os.environ (before `import hvd.torch`
+// or after it, before hvd.init()) are read at init, as Horovod reads them:
+// the Go runtime inside libhvd.so has its own copy of the environment,
+// taken when the library was loaded.
+func TestPythonSettingsAtInit(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, mode := range []string{"timeline", "timeline-dynamic", "dynamic-before-import", "dynamic-after-import", "bad-knob", "unset-before-init"} {
+		t.Run(mode, func(t *testing.T) {
+			env := pyEnv(pkg)
+			if mode == "unset-before-init" {
+				env = append(env, "HOROVOD_FUSION_THRESHOLD=bogus")
+			}
+			out, code := hvdrun(t, 2*time.Minute, env, "-np", "3", python, "testdata/env_at_init.py", mode, t.TempDir())
+			if code != 0 || strings.Count(out, "ok "+mode) != 3 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+		})
+	}
+}

@@ -137,6 +137,7 @@ func (w *World) shmComm(ctx context.Context, name string, ranks []int) (backends
 		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks,
 		ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
 		Spin: w.spin, LocalSize: w.topo.LocalSize,
+		SmallBytes: w.knobs.shmSmall, ChunkBytes: w.knobs.shmChunk, SlotBytes: w.knobs.shmSlot,
 		// Only the set's point-to-point mesh sends messages; the engine's
 		// needs no eager areas (up to 1 MiB of /dev/shm per rank).
 		NoEager: !strings.HasPrefix(name, "p2p"),

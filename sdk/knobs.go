@@ -1,17 +1,28 @@
 package sdk
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// knobs are the engine's runtime settings, read once at Start from
-// Horovod's environment variables.
+// Every runtime setting hvd reads from the environment is in knobTable, and
+// readKnobs is the only place that parses them. Start calls it once, with
+// the environment as it is at that moment (cmd/libhvd first copies the
+// process's live C environment into Go's, so variables a Python script
+// sets in os.environ before hvd.init() count, as in Horovod). Each knob has
+// a kind and a valid range; anything outside is an error that names the
+// variable, the value and what is accepted. Backends get the values through
+// their Config structs and read no environment of their own.
+
+// knobs are the parsed settings.
 type knobs struct {
 	fusion        int64         // HOROVOD_FUSION_THRESHOLD, bytes (default 128 MiB, 0 disables)
-	cycle         time.Duration // HOROVOD_CYCLE_TIME, ms (accepted; see docs/compat.md)
+	cycle         time.Duration // HOROVOD_CYCLE_TIME: least time between two rounds a rank starts (0: on demand)
 	cache         int           // HOROVOD_CACHE_CAPACITY (default 1024)
 	stallWarn     time.Duration // HOROVOD_STALL_CHECK_TIME_SECONDS (60; 0 with HOROVOD_STALL_CHECK_DISABLE)
 	stallShutdown time.Duration // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
@@ -19,63 +30,238 @@ type knobs struct {
 	markCycles    bool          // HOROVOD_TIMELINE_MARK_CYCLES
 	hierAllreduce bool          // HOROVOD_HIERARCHICAL_ALLREDUCE (default on here; see backend.go)
 	hierAllgather bool          // HOROVOD_HIERARCHICAL_ALLGATHER (default on here)
+	dynamic       bool          // HOROVOD_DYNAMIC_PROCESS_SETS
+
+	backend     string        // HVD_BACKEND: auto, shm or tcp
+	opTimeout   time.Duration // HVD_COLLECTIVE_TIMEOUT_SECONDS (default 30 min)
+	spin        time.Duration // HVD_SPIN_US; < 0: chosen per host
+	bindTo      string        // HVD_BIND_TO: core or none
+	kernels     string        // HVD_KERNELS: auto, generic or avx2 ("": leave the process's choice)
+	shmSmall    int           // HVD_SHM_SMALL_BYTES (0 = backend default)
+	shmChunk    int           // HVD_SHM_CHUNK_BYTES (0 = backend default)
+	shmSlot     int           // HVD_SHM_SLOT_BYTES (0 = backend default)
+	tcpSndBuf   int           // HVD_TCP_SNDBUF; < 0: chosen per connection
+	unsupported []string      // Horovod knobs that are set but mean nothing here
 }
 
-// hvdBool parses Horovod's boolean knobs the way Horovod does: an integer
-// > 0 is on (so "true" is off there); we also accept true/yes/on and say so
-// in docs/compat.md.
-func hvdBool(v string) bool {
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-		return n > 0
+func defaultKnobs() knobs {
+	return knobs{fusion: 128 << 20, cache: 1024, stallWarn: 60 * time.Second,
+		hierAllreduce: true, hierAllgather: true, backend: backendAuto, opTimeout: 30 * time.Minute,
+		spin: -1, bindTo: "none", tcpSndBuf: -1}
+}
+
+// knobKind is how a value is written.
+type knobKind int
+
+const (
+	kindInt    knobKind = iota // a whole number in [min, max]
+	kindFloat                  // a finite number in [min, max]
+	kindBool                   // Horovod's integer > 0, or true/false, yes/no, on/off
+	kindEnum                   // one of choices (case-insensitive)
+	kindString                 // any text
+)
+
+// knobSpec is one row of the table.
+type knobSpec struct {
+	name     string
+	kind     knobKind
+	min, max float64
+	unit     string
+	choices  []string
+	doc      string
+	set      func(k *knobs, f float64, s string, b bool)
+}
+
+const maxSeconds = 365 * 24 * 3600 // a year: durations past this are typos
+
+var knobTable = []knobSpec{
+	{name: "HOROVOD_FUSION_THRESHOLD", kind: kindInt, max: 1 << 36, unit: "bytes",
+		doc: "fusion buffer size; 0 disables fusion",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.fusion = int64(f) }},
+	{name: "HOROVOD_CYCLE_TIME", kind: kindFloat, max: 10000, unit: "milliseconds",
+		doc: "least time between two negotiation rounds a rank starts, so that more tensors fuse; unset or 0: a round starts as soon as there is work",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.cycle = time.Duration(f * float64(time.Millisecond)) }},
+	{name: "HOROVOD_CACHE_CAPACITY", kind: kindInt, max: 1 << 16, unit: "entries",
+		doc: "response cache size per process set; 0 disables it",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.cache = int(f) }},
+	{name: "HOROVOD_STALL_CHECK_TIME_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",
+		doc: "the coordinator warns about tensors some ranks have not submitted for this long",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.stallWarn = seconds(f) }},
+	{name: "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",
+		doc: "fail pending ops after this long stalled (0: never; below the warning time: never)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.stallShutdown = seconds(f) }},
+	{name: "HOROVOD_STALL_CHECK_DISABLE", kind: kindBool, doc: "turn the stall inspector off",
+		set: func(k *knobs, _ float64, _ string, b bool) {
+			if b {
+				k.stallWarn, k.stallShutdown = 0, 0
+			}
+		}},
+	{name: "HOROVOD_TIMELINE", kind: kindString, doc: "timeline file written by rank 0, or DYNAMIC for start_timeline/stop_timeline",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.timeline = s }},
+	{name: "HOROVOD_TIMELINE_MARK_CYCLES", kind: kindBool, doc: "CYCLE_START markers in the timeline",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.markCycles = b }},
+	{name: "HOROVOD_HIERARCHICAL_ALLREDUCE", kind: kindBool, doc: "hierarchical allreduce for sets spanning hosts (default on)",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.hierAllreduce = b }},
+	{name: "HOROVOD_HIERARCHICAL_ALLGATHER", kind: kindBool, doc: "hierarchical allgather for sets spanning hosts (default on)",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.hierAllgather = b }},
+	{name: "HOROVOD_DYNAMIC_PROCESS_SETS", kind: kindBool, doc: "allow add_process_set/remove_process_set after init",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.dynamic = b }},
+	{name: "HVD_BACKEND", kind: kindEnum, choices: []string{backendAuto, backendSHM, backendTCP},
+		doc: "data plane: shared memory inside a host and TCP across (auto), shm only, or tcp only",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.backend = s }},
+	{name: "HVD_COLLECTIVE_TIMEOUT_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",
+		doc: "an operation waiting this long for a live peer fails (0: never; dead peers are found at once)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.opTimeout = seconds(f) }},
+	{name: "HVD_SPIN_US", kind: kindInt, max: 1e6, unit: "microseconds",
+		doc: "busy-poll before sleeping (default: chosen from ranks per host and cores)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.spin = time.Duration(f) * time.Microsecond }},
+	{name: "HVD_BIND_TO", kind: kindEnum, choices: []string{"core", "none"},
+		doc: "pin each local rank to its own core (hvdrun --bind-to)",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.bindTo = s }},
+	{name: "HVD_KERNELS", kind: kindEnum, choices: []string{"auto", "generic", "avx2"},
+		doc: "reduction kernels",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.kernels = s }},
+	{name: "HVD_SHM_SMALL_BYTES", kind: kindInt, min: 64, max: 64 << 20, unit: "bytes",
+		doc: "shm messages up to this size go through the slots, larger ones through cross-memory attach",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.shmSmall = int(f) }},
+	{name: "HVD_SHM_CHUNK_BYTES", kind: kindInt, min: 64, max: 64 << 20, unit: "bytes",
+		doc: "shm reduction pipeline chunk",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.shmChunk = int(f) }},
+	{name: "HVD_SHM_SLOT_BYTES", kind: kindInt, min: 4096, max: 256 << 20, unit: "bytes",
+		doc: "shm slot size per rank (must be the same on every rank of a host)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.shmSlot = int(f) }},
+	{name: "HVD_TCP_SNDBUF", kind: kindInt, max: 1 << 30, unit: "bytes",
+		doc: "SO_SNDBUF of every TCP data connection (0: kernel autotuning; default: 128 KiB on one host, autotuning across)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpSndBuf = int(f) }},
+}
+
+// ignoredKnobs are Horovod settings hvd accepts and does not act on: when
+// one is set (to something other than the value that means "default"),
+// Start logs one line saying so, instead of ignoring it silently.
+var ignoredKnobs = map[string]string{
+	"HOROVOD_AUTOTUNE":                "autotuning is not implemented",
+	"HOROVOD_AUTOTUNE_LOG":            "autotuning is not implemented",
+	"HOROVOD_TORUS_ALLREDUCE":         "there is no NCCL data plane",
+	"HOROVOD_THREAD_AFFINITY":         "use hvdrun --bind-to core",
+	"HOROVOD_DISABLE_GROUP_FUSION":    "grouped tensors always fuse with others",
+	"HOROVOD_NUM_NCCL_STREAMS":        "there is no NCCL data plane",
+	"HOROVOD_MPI_THREADS_DISABLE":     "there is no MPI",
+	"HOROVOD_ADASUM_MPI_CHUNK_SIZE":   "there is no MPI",
+	"HOROVOD_ENABLE_XLA_OPS":          "there are no XLA ops",
+	"HOROVOD_ENABLE_ASYNC_COMPLETION": "there is no GPU completion",
+}
+
+// ignoredDefault lists, for some ignored knobs, values that ask for nothing
+// (horovodrun --gloo sets HOROVOD_CONTROLLER=gloo; "0" turns a feature off).
+func ignoredDefault(name, v string) bool {
+	v = strings.ToLower(strings.TrimSpace(v))
+	switch name {
+	case "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS":
+		return v == "" || v == "gloo"
 	}
-	switch strings.ToLower(strings.TrimSpace(v)) {
+	return v == "" || v == "0"
+}
+
+func seconds(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+
+// parseBool reads Horovod's boolean knobs: an integer (> 0 is on, as
+// Horovod's strtol(value) > 0; HOROVOD_DYNAMIC_PROCESS_SETS: non-zero),
+// or true/false, yes/no, on/off (Horovod reads "true" as off; docs/compat.md
+// says we differ).
+func parseBool(name, v string) (bool, bool) {
+	t := strings.ToLower(strings.TrimSpace(v))
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+		if name == "HOROVOD_DYNAMIC_PROCESS_SETS" {
+			return n != 0, true
+		}
+		return n > 0, true
+	}
+	switch t {
 	case "true", "yes", "on":
-		return true
+		return true, true
+	case "false", "no", "off":
+		return false, true
 	}
-	return false
+	return false, false
 }
 
+// parse checks one value against its row and applies it.
+func (s *knobSpec) parse(k *knobs, raw string) error {
+	v := strings.TrimSpace(raw)
+	bad := func(want string) error {
+		return fmt.Errorf("%w: %s=%q: %s (%s)", ErrInvalidArgument, s.name, raw, want, s.doc)
+	}
+	switch s.kind {
+	case kindString:
+		s.set(k, 0, raw, false)
+	case kindBool:
+		b, ok := parseBool(s.name, v)
+		if !ok {
+			return bad("want an integer (> 0 is on) or true/false")
+		}
+		s.set(k, 0, "", b)
+	case kindEnum:
+		l := strings.ToLower(v)
+		for _, c := range s.choices {
+			if l == c {
+				s.set(k, 0, c, false)
+				return nil
+			}
+		}
+		return bad("want one of " + strings.Join(s.choices, ", "))
+	case kindInt, kindFloat:
+		f, err := strconv.ParseFloat(v, 64)
+		whole := s.kind == kindInt
+		rng := fmt.Sprintf("from %s to %s %s", fmtNum(s.min), fmtNum(s.max), s.unit)
+		switch {
+		case err != nil && whole:
+			return bad("want a whole number " + rng)
+		case err != nil:
+			return bad("want a number " + rng)
+		case math.IsNaN(f) || math.IsInf(f, 0) || f < s.min || f > s.max:
+			return bad("out of range: want " + rng)
+		case whole && f != math.Trunc(f):
+			return bad("want a whole number " + rng)
+		}
+		s.set(k, f, "", false)
+	}
+	return nil
+}
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+// readKnobs parses every knob of the table from getenv. All problems are
+// reported together (errors.Join), each naming its variable.
 func readKnobs(getenv func(string) (string, bool)) (knobs, error) {
-	k := knobs{fusion: 128 << 20, cycle: time.Millisecond, cache: 1024, stallWarn: 60 * time.Second, hierAllreduce: true, hierAllgather: true}
-	if v, ok := getenv("HOROVOD_HIERARCHICAL_ALLREDUCE"); ok && strings.TrimSpace(v) != "" {
-		k.hierAllreduce = hvdBool(v)
-	}
-	if v, ok := getenv("HOROVOD_HIERARCHICAL_ALLGATHER"); ok && strings.TrimSpace(v) != "" {
-		k.hierAllgather = hvdBool(v)
-	}
-	num := func(name string, f func(float64) error) error {
-		v, ok := getenv(name)
-		if !ok || strings.TrimSpace(v) == "" {
-			return nil
+	k := defaultKnobs()
+	var errs []error
+	for i := range knobTable {
+		s := &knobTable[i]
+		v, ok := getenv(s.name)
+		if !ok || (s.kind != kindString && strings.TrimSpace(v) == "") {
+			continue
 		}
-		x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || x < 0 {
-			return fmt.Errorf("%w: %s=%q is not a non-negative number", ErrInvalidArgument, name, v)
+		if err := s.parse(&k, v); err != nil {
+			errs = append(errs, err)
 		}
-		return f(x)
-	}
-	secs := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
-	errs := []error{
-		num("HOROVOD_FUSION_THRESHOLD", func(x float64) error { k.fusion = int64(x); return nil }),
-		num("HOROVOD_CYCLE_TIME", func(x float64) error { k.cycle = time.Duration(x * float64(time.Millisecond)); return nil }),
-		num("HOROVOD_CACHE_CAPACITY", func(x float64) error { k.cache = int(x); return nil }),
-		num("HOROVOD_STALL_CHECK_TIME_SECONDS", func(x float64) error { k.stallWarn = secs(x); return nil }),
-		num("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", func(x float64) error { k.stallShutdown = secs(x); return nil }),
-	}
-	for _, err := range errs {
-		if err != nil {
-			return k, err
-		}
-	}
-	if v, ok := getenv("HOROVOD_STALL_CHECK_DISABLE"); ok && hvdBool(v) {
-		k.stallWarn, k.stallShutdown = 0, 0
 	}
 	if k.stallShutdown > 0 && k.stallShutdown < k.stallWarn {
 		k.stallShutdown = 0 // Horovod: shutdown below the warning time only warns
 	}
-	k.timeline, _ = getenv("HOROVOD_TIMELINE")
-	if v, ok := getenv("HOROVOD_TIMELINE_MARK_CYCLES"); ok {
-		k.markCycles = hvdBool(v)
+	names := make([]string, 0, len(ignoredKnobs)+2)
+	for n := range ignoredKnobs {
+		names = append(names, n)
 	}
-	return k, nil
+	names = append(names, "HOROVOD_CONTROLLER", "HOROVOD_CPU_OPERATIONS")
+	sort.Strings(names)
+	for _, n := range names {
+		if v, ok := getenv(n); ok && !ignoredDefault(n, v) {
+			why := ignoredKnobs[n]
+			if why == "" {
+				why = "hvd's own shared-memory/TCP data plane is used"
+			}
+			k.unsupported = append(k.unsupported, fmt.Sprintf("%s=%s is ignored: %s", n, v, why))
+		}
+	}
+	return k, errors.Join(errs...)
 }

@@ -19,7 +19,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,51 +117,37 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if id.Timeout <= 0 {
 		id.Timeout = 30 * time.Second
 	}
-	backend := cfg.Backend
-	if backend == "" {
-		backend, _ = getenv("HVD_BACKEND")
-	}
-	backend, err := parseBackend(backend)
+	k, err := readKnobs(getenv)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Backend != "" {
+		if k.backend, err = parseBackend(cfg.Backend); err != nil {
+			return nil, err
+		}
+	}
+	if k.kernels != "" {
+		if err := backends.SetKernels(k.kernels); err != nil {
+			return nil, fmt.Errorf("%w: HVD_KERNELS=%s: %v", ErrInvalidArgument, k.kernels, err)
+		}
 	}
 	// Validate the process sets before anything is registered or connected.
 	sets, err := normaliseSets(cfg.ProcessSets, id.Size)
 	if err != nil {
 		return nil, err
 	}
-	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: backend}
-	if v, ok := getenv("HVD_COLLECTIVE_TIMEOUT_SECONDS"); ok && v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
-			return nil, fmt.Errorf("%w: HVD_COLLECTIVE_TIMEOUT_SECONDS=%q is not a non-negative number", ErrInvalidArgument, v)
-		}
-		w.opTO = time.Duration(f * float64(time.Second))
-	} else {
-		w.opTO = 30 * time.Minute // as torch's gloo default; dead peers are found at once anyway
-	}
-	w.spin = -1
-	if v, ok := getenv("HVD_SPIN_US"); ok && v != "" {
-		us, err := strconv.Atoi(v)
-		if err != nil || us < 0 {
-			return nil, fmt.Errorf("%w: HVD_SPIN_US=%q is not a non-negative integer", ErrInvalidArgument, v)
-		}
-		w.spin = time.Duration(us) * time.Microsecond
-	}
-	if w.knobs, err = readKnobs(getenv); err != nil {
-		return nil, err
-	}
-	w.dynamic = cfg.Dynamic
-	if v, ok := getenv("HOROVOD_DYNAMIC_PROCESS_SETS"); ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n != 0 {
-			w.dynamic = true
-		}
-	}
+	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: k.backend, knobs: k,
+		opTO: k.opTimeout, spin: k.spin, dynamic: cfg.Dynamic || k.dynamic}
 	w.maxID = len(sets)
 	w.logf = cfg.Logf
 	if w.logf == nil {
 		w.logf = func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "[%d] "+format+"\n", append([]any{id.Rank}, args...)...)
+		}
+	}
+	if id.Rank == 0 {
+		for _, msg := range k.unsupported {
+			w.logf("hvd: %s", msg)
 		}
 	}
 	if w.knobs.timeline != "" && w.knobs.timeline != "DYNAMIC" && id.Rank == 0 {
@@ -196,7 +181,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		return nil, err
 	}
 	w.id.LocalRank, w.id.LocalSize = w.topo.LocalRank, w.topo.LocalSize
-	if v, _ := getenv("HVD_BIND_TO"); v == "core" {
+	if k.bindTo == "core" {
 		if err := bindToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf); err != nil {
 			return nil, err
 		}
@@ -380,7 +365,8 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 			Comm: sc.eng, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
 			Logf: w.logf, Timeline: &w.timeline, Library: "TCP", CacheCapacity: w.knobs.cache,
-			Spin: w.engineSpin(),
+			CycleTime: w.knobs.cycle,
+			Spin:      w.engineSpin(),
 		})
 		if err != nil {
 			return err

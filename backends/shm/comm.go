@@ -38,6 +38,7 @@
 package shm
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -83,11 +84,14 @@ type Config struct {
 	// that carries no Send/Recv: they then are all rendezvous).
 	NoEager bool
 	// SmallBytes: messages up to this size go through the slots, larger ones
-	// through cross-memory attach (0 = default, HVD_SHM_SMALL_BYTES).
+	// through cross-memory attach (0 = default 64 KiB; sdk: HVD_SHM_SMALL_BYTES).
 	SmallBytes int
-	// ChunkBytes is the reduction pipeline's chunk (0 = default 256 KiB,
-	// HVD_SHM_CHUNK_BYTES).
+	// ChunkBytes is the reduction pipeline's chunk (0 = default 256 KiB;
+	// sdk: HVD_SHM_CHUNK_BYTES).
 	ChunkBytes int
+	// SlotBytes is each rank's slot size (0 = default 256 KiB; sdk:
+	// HVD_SHM_SLOT_BYTES); it must be the same on every member.
+	SlotBytes int
 }
 
 const (
@@ -228,13 +232,6 @@ func parseFacts(s string) (facts, error) {
 	return facts{uid: uid, pidns: p[1], boot: p[2]}, nil
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 // New builds this member's side of the communicator; every member must call
 // it concurrently with the same Prefix and Size.
 func New(ctx context.Context, cfg Config) (*Comm, error) {
@@ -257,27 +254,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if len(c.globalRanks) != c.size {
 		c.globalRanks = nil
 	}
-	c.small = cfg.SmallBytes
-	if c.small <= 0 {
-		c.small = envInt("HVD_SHM_SMALL_BYTES", defaultSmallBytes)
-	}
-	c.chunk = cfg.ChunkBytes
-	if c.chunk <= 0 {
-		c.chunk = envInt("HVD_SHM_CHUNK_BYTES", defaultChunkBytes)
-	}
-	c.chunk = (c.chunk + 63) &^ 63
+	c.small = cmp.Or(cfg.SmallBytes, defaultSmallBytes)
+	c.chunk = (cmp.Or(cfg.ChunkBytes, defaultChunkBytes) + 63) &^ 63
 	c.spin = cfg.Spin
 	if c.spin < 0 {
 		c.spin = DefaultSpin(cfg.LocalSize)
-		if v := os.Getenv("HVD_SPIN_US"); v != "" {
-			if us, err := strconv.Atoi(v); err == nil && us >= 0 {
-				c.spin = time.Duration(us) * time.Microsecond
-			}
-		}
 	}
 	c.yield = cfg.LocalSize > runtime.NumCPU()
-	slotBytes := envInt("HVD_SHM_SLOT_BYTES", defaultSlotBytes)
-	slotBytes = max(slotBytes, c.small)
+	slotBytes := max(cmp.Or(cfg.SlotBytes, defaultSlotBytes), c.small)
 	c.slotBytes = (slotBytes + 4095) &^ 4095
 	c.small = min(c.small, c.slotBytes)
 	c.slotHdr = (slotCounts + 8*c.size + 4095) &^ 4095

@@ -93,6 +93,7 @@ func errorCode(err error) int32 {
 func implAbiVersion() int64 { return specVersion }
 
 func implInit(flat, sizes []int32, dynamic bool) (int32, error) {
+	syncEnviron() // settings are read from the environment as it is now
 	var sets [][]int
 	off := 0
 	for i, n := range sizes {

@@ -107,6 +107,11 @@ type Config struct {
 	// CacheCapacity is the response cache size (HOROVOD_CACHE_CAPACITY);
 	// 0 disables the cache. Must be the same on every member.
 	CacheCapacity int
+	// CycleTime (HOROVOD_CYCLE_TIME) is the least time between two rounds
+	// this rank starts with work of its own: ops enqueued meanwhile wait and
+	// are negotiated (and fused) together. 0: a round starts at once. A
+	// round a peer starts is joined at once when this rank has no work.
+	CycleTime time.Duration
 }
 
 // Engine runs one process set's negotiation and execution on its own
@@ -131,8 +136,11 @@ type Engine struct {
 	retire error // if set, the reason given to pending ops whatever stops the engine
 	closed bool
 
-	fusion []byte
-	done   chan struct{}
+	fusion    []byte
+	done      chan struct{}
+	quit      chan struct{} // closed by Close: cuts a cycle-time pause short
+	quitOnce  sync.Once
+	lastRound time.Time
 
 	stats  struct{ rounds, negotiations, sent, cached atomic.Uint64 }
 	queued atomic.Bool // queue non-empty (read while spinning, without the lock)
@@ -162,7 +170,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	e := &Engine{cfg: cfg, comm: cfg.Comm, msg: msg, idle: idle, rank: cfg.Comm.Rank(), n: cfg.Comm.Size(),
-		table: map[string]*Op{}, done: make(chan struct{}), lastStall: time.Now(), cache: NewCache(cfg.CacheCapacity)}
+		table: map[string]*Op{}, done: make(chan struct{}), quit: make(chan struct{}), lastStall: time.Now(), cache: NewCache(cfg.CacheCapacity)}
 	if e.rank == 0 {
 		e.coord = NewCoordinator(e.n, cfg.GlobalRanks)
 	}
@@ -223,6 +231,7 @@ func (e *Engine) Close(err error) {
 	}
 	e.closed = true
 	e.mu.Unlock()
+	e.quitOnce.Do(func() { close(e.quit) })
 	e.comm.Close()
 	<-e.done
 	e.failAll(e.err)
@@ -275,6 +284,7 @@ func (e *Engine) loop() {
 				continue
 			}
 		}
+		e.pace()
 		e.tl().MarkCycleStart()
 		if err := e.round(); err != nil {
 			e.stop(err)
@@ -286,6 +296,23 @@ func (e *Engine) loop() {
 			return
 		}
 	}
+}
+
+// pace implements CycleTime: a round with work of this rank's own starts
+// no sooner than CycleTime after the previous one, so that ops enqueued in
+// between join it.
+func (e *Engine) pace() {
+	if e.cfg.CycleTime > 0 && e.queued.Load() {
+		if wait := time.Until(e.lastRound.Add(e.cfg.CycleTime)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-e.quit:
+				t.Stop()
+			}
+		}
+	}
+	e.lastRound = time.Now()
 }
 
 // tl returns the current timeline (nil: none; its methods accept nil).

@@ -1,0 +1,177 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvdorg/hvd/sdk/rendezvous"
+)
+
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// Every value the hardening trial found accepted (and later crashing or
+// silently ignored) is now an error naming the variable and the value.
+func TestKnobsRejectBadValues(t *testing.T) {
+	for _, tc := range []struct{ name, value, want string }{
+		{"HOROVOD_CACHE_CAPACITY", "NaN", "out of range"},
+		{"HOROVOD_CACHE_CAPACITY", "1e30", "out of range"},
+		{"HOROVOD_CACHE_CAPACITY", "-1", "out of range"},
+		{"HOROVOD_CACHE_CAPACITY", "2.5", "whole number"},
+		{"HOROVOD_FUSION_THRESHOLD", "NaN", "out of range"},
+		{"HOROVOD_FUSION_THRESHOLD", "Inf", "out of range"},
+		{"HOROVOD_FUSION_THRESHOLD", "64MB", "whole number"},
+		{"HOROVOD_CYCLE_TIME", "fast", "a number"},
+		{"HOROVOD_CYCLE_TIME", "1e9", "out of range"},
+		{"HVD_COLLECTIVE_TIMEOUT_SECONDS", "NaN", "out of range"},
+		{"HOROVOD_STALL_CHECK_TIME_SECONDS", "-5", "out of range"},
+		{"HVD_SHM_SMALL_BYTES", "abc", "whole number"},
+		{"HVD_SHM_SMALL_BYTES", "1", "out of range"},
+		{"HVD_SHM_SLOT_BYTES", "1e12", "out of range"},
+		{"HVD_KERNELS", "bogus", "want one of auto, generic, avx2"},
+		{"HVD_BIND_TO", "bogus", "want one of core, none"},
+		{"HVD_SPIN_US", "abc", "whole number"},
+		{"HVD_BACKEND", "nccl", "want one of auto, shm, tcp"},
+		{"HVD_TCP_SNDBUF", "-1", "out of range"},
+		{"HOROVOD_DYNAMIC_PROCESS_SETS", "maybe", "integer"},
+		{"HOROVOD_HIERARCHICAL_ALLREDUCE", "2x", "integer"},
+	} {
+		_, err := readKnobs(envOf(map[string]string{tc.name: tc.value}))
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), fmt.Sprintf("%s=%q", tc.name, tc.value)) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v (want an error with %q)", tc.name, tc.value, err, tc.want)
+		}
+	}
+}
+
+func TestKnobsAllErrorsAtOnce(t *testing.T) {
+	_, err := readKnobs(envOf(map[string]string{"HOROVOD_CACHE_CAPACITY": "x", "HVD_BIND_TO": "y", "HOROVOD_CYCLE_TIME": "z"}))
+	for _, n := range []string{"HOROVOD_CACHE_CAPACITY", "HVD_BIND_TO", "HOROVOD_CYCLE_TIME"} {
+		if err == nil || !strings.Contains(err.Error(), n) {
+			t.Errorf("%s missing from %v", n, err)
+		}
+	}
+}
+
+func TestKnobsValues(t *testing.T) {
+	k, err := readKnobs(envOf(map[string]string{
+		"HOROVOD_FUSION_THRESHOLD": "67108864", "HOROVOD_CYCLE_TIME": "2.5", "HOROVOD_CACHE_CAPACITY": " 0 ",
+		"HOROVOD_STALL_CHECK_TIME_SECONDS": "10", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "5",
+		"HOROVOD_DYNAMIC_PROCESS_SETS": "-1", "HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "true",
+		"HVD_BACKEND": "TCP", "HVD_SPIN_US": "0", "HVD_SHM_SMALL_BYTES": "4096", "HVD_TCP_SNDBUF": "0",
+		"HOROVOD_TIMELINE": "DYNAMIC", "HVD_COLLECTIVE_TIMEOUT_SECONDS": "1.5", "HVD_KERNELS": "generic",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultKnobs()
+	want.fusion, want.cycle, want.cache = 64<<20, 2500*time.Microsecond, 0
+	want.stallWarn, want.stallShutdown = 10*time.Second, 0 // shutdown below the warning: never
+	want.dynamic, want.hierAllreduce, want.hierAllgather = true, false, true
+	want.backend, want.spin, want.shmSmall, want.tcpSndBuf = "tcp", 0, 4096, 0
+	want.timeline, want.opTimeout, want.kernels = "DYNAMIC", 1500*time.Millisecond, "generic"
+	if fmt.Sprint(k) != fmt.Sprint(want) {
+		t.Fatalf("got  %+v\nwant %+v", k, want)
+	}
+	// Horovod's integer booleans: > 0 is on, except the dynamic sets'
+	// non-zero; the disable switch turns both stall times off.
+	k, _ = readKnobs(envOf(map[string]string{"HOROVOD_HIERARCHICAL_ALLREDUCE": "-1", "HOROVOD_STALL_CHECK_DISABLE": "1"}))
+	if k.hierAllreduce || k.stallWarn != 0 || k.stallShutdown != 0 {
+		t.Fatalf("%+v", k)
+	}
+}
+
+// Horovod settings hvd does not act on are named when set, never silently
+// dropped; the values horovodrun --gloo sets are not.
+func TestKnobsIgnoredAreReported(t *testing.T) {
+	k, err := readKnobs(envOf(map[string]string{"HOROVOD_AUTOTUNE": "1", "HOROVOD_CONTROLLER": "mpi",
+		"HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_TORUS_ALLREDUCE": "0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(k.unsupported, "\n")
+	if !strings.Contains(got, "HOROVOD_AUTOTUNE=1 is ignored") || !strings.Contains(got, "HOROVOD_CONTROLLER=mpi is ignored") ||
+		strings.Contains(got, "CPU_OPERATIONS") || strings.Contains(got, "TORUS") {
+		t.Fatalf("%q", k.unsupported)
+	}
+}
+
+// FuzzKnobs: no value of any knob panics the parser, and every accepted
+// numeric value lies in the table's range.
+func FuzzKnobs(f *testing.F) {
+	for _, s := range []string{"0", "NaN", "1e30", "-0", "0x10", "+Inf", " 7 ", "1_000", "true", "tcp", "", "\x00"} {
+		f.Add(uint8(0), s)
+	}
+	f.Fuzz(func(t *testing.T, i uint8, v string) {
+		s := knobTable[int(i)%len(knobTable)]
+		k, err := readKnobs(envOf(map[string]string{s.name: v}))
+		if err != nil {
+			if !strings.Contains(err.Error(), s.name) {
+				t.Fatalf("error does not name %s: %v", s.name, err)
+			}
+			return
+		}
+		if k.cache < 0 || k.cache > 1<<16 || k.fusion < 0 || k.fusion > 1<<36 || k.cycle < 0 || k.opTimeout < 0 ||
+			k.shmSmall < 0 || k.shmChunk < 0 || k.shmSlot < 0 || k.tcpSndBuf < -1 {
+			t.Fatalf("%s=%q accepted out of range: %+v", s.name, v, k)
+		}
+	})
+}
+
+// The Go binding reads the process environment at Start, not at load:
+// a variable set just before Start counts.
+func TestStartReadsEnvironmentNow(t *testing.T) {
+	t.Setenv("HOROVOD_CACHE_CAPACITY", "NaN")
+	_, err := Start(context.Background(), Config{Identity: &rendezvous.Identity{Rank: 0, Size: 1, Hostname: "h"}})
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "HOROVOD_CACHE_CAPACITY") {
+		t.Fatalf("Start with HOROVOD_CACHE_CAPACITY=NaN: %v", err)
+	}
+	t.Setenv("HOROVOD_CACHE_CAPACITY", "0")
+	w, err := Start(context.Background(), Config{Identity: &rendezvous.Identity{Rank: 0, Size: 1, Hostname: "h"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+}
+
+// HOROVOD_CYCLE_TIME: ops enqueued one by one while a cycle runs are
+// negotiated together, in far fewer rounds than without it.
+func TestCycleTimeBatchesRounds(t *testing.T) {
+	rounds := func(cycle string) uint64 {
+		ws := mustWorlds(t, 2, worldOpts{env: map[string]string{"HOROVOD_CYCLE_TIME": cycle}})
+		var got [2]uint64
+		each(t, ws, func(w *World) error {
+			g := w.GlobalProcessSet()
+			before := g.Stats().Rounds
+			var hs []*Handle
+			for i := 0; i < 20; i++ {
+				h, err := g.AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{Op: Sum, Name: fmt.Sprint("c", i)})
+				if err != nil {
+					return err
+				}
+				hs = append(hs, h)
+				time.Sleep(2 * time.Millisecond)
+			}
+			for _, h := range hs {
+				out, err := h.Wait()
+				if err != nil {
+					return err
+				}
+				if v := SliceOf[float32](out)[0]; v != 2 {
+					return fmt.Errorf("sum %v", v)
+				}
+			}
+			got[w.Rank()] = g.Stats().Rounds - before
+			return nil
+		})
+		return got[0]
+	}
+	fast, slow := rounds("0"), rounds("100")
+	if slow > 4 || fast < 10 {
+		t.Fatalf("rounds for 20 ops 2 ms apart: %d without a cycle time, %d with 100 ms (want ≥ 10 and ≤ 4)", fast, slow)
+	}
+}
