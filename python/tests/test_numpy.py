@@ -319,8 +319,6 @@ def test_unsupported_things():
         hvd.allreduce(np.ones(2, dtype=np.complex64))
     with pytest.raises(ValueError, match='byte order'):
         hvd.allreduce(np.ones(2, dtype='>f4' if sys.byteorder == 'little' else '<f4'))
-    with pytest.raises(NotImplementedError):
-        hvd.allreduce(np.ones(2), op=hvd.Adasum)
     with pytest.raises(ValueError):
         hvd.allreduce(np.ones(2), op=42)
     with pytest.raises(TypeError):
@@ -504,6 +502,33 @@ def test_p2p_argument_errors():
 
 # ------------------------------------------------- shutdown (runs last)
 
+def test_adasum():
+    """op=hvd.Adasum on arrays (test_adasum.py has Horovod's cases through
+    hvd.torch): orthogonal vectors sum, parallel ones average, per tensor in
+    a group; Horovod's NotImplementedError at sizes that are not powers of
+    two and on other process sets than the global one."""
+    if N & (N - 1):
+        with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+            hvd.allreduce(np.ones(2), op=hvd.Adasum)
+        with pytest.raises(NotImplementedError, match='non-power of 2 ranks'):
+            hvd.grouped_allreduce([np.ones(2)], op=hvd.Adasum)
+        return
+    orth = np.zeros(N)
+    orth[R] = R + 1
+    assert np.allclose(hvd.allreduce(orth, op=hvd.Adasum), np.arange(1, N + 1))
+    par = np.array([1., -2., 3.], dtype=np.float32) * (R + 1)
+    out = hvd.allreduce_(par, op=hvd.Adasum)
+    assert out is par and np.allclose(par, np.array([1., -2., 3.]) * (N + 1) / 2)
+    half = np.ones(4, dtype=np.float16) * (R + 1)
+    a, b = hvd.grouped_allreduce([orth, half], op=hvd.Adasum)
+    assert np.allclose(a, np.arange(1, N + 1)) and b.dtype == np.float16 and np.allclose(b, (N + 1) / 2)
+    with pytest.raises(ValueError, match='Adasum supports float16, bfloat16, float32 and float64'):
+        hvd.allreduce(np.ones(2, dtype=np.int32), op=hvd.Adasum)
+    if N > 1:
+        with pytest.raises(NotImplementedError, match='non-global process sets'):
+            hvd.allreduce(np.ones(2), op=hvd.Adasum, process_set=EVEN)
+
+
 def test_shutdown_last():
     hvd.barrier()
     hvd.shutdown()
@@ -513,3 +538,4 @@ def test_shutdown_last():
     with pytest.raises(ValueError):
         hvd.size()
     hvd.shutdown()  # again: a no-op
+

@@ -185,3 +185,76 @@ def _as_rank_list(ranks):
             raise ValueError('ProcessSet should be initialized with a list of process ranks or an mpi4py Comm object')
         out.append(int(r))
     return sorted(out)
+
+
+class HorovodBasics:
+    """Horovod's HorovodBasics object (``hvd.mpi_ops._basics``): the
+    functions above as methods, plus the private process-set helpers that
+    Horovod's own tests call."""
+
+    from hvd.common.ops import Average, Sum, Adasum, Min, Max, Product  # noqa: F401
+
+    def __getattr__(self, name):
+        # init, shutdown, size, rank, ..., rocm_built: this module's functions.
+        f = globals().get(name)
+        if name.startswith('_') or not callable(f):
+            raise AttributeError(name)
+        return f
+
+    def _get_process_set_ids_and_ranks(self):
+        """{process set id: sorted global ranks} of every registered set."""
+        _require_init()
+        return {i: list(_abi.process_set_ranks(i)) for i in _abi.process_set_ids()}
+
+    def _process_set_rank(self, process_set_id):
+        """This process's rank inside the set; ValueError when it is not a
+        member or the set is unknown."""
+        assert isinstance(process_set_id, int)
+        ranks = self._ranks_of(process_set_id)
+        r = rank()
+        if r not in ranks:
+            raise ValueError('Process is not part of provided process set.')
+        return ranks.index(r)
+
+    def _process_set_size(self, process_set_id):
+        assert isinstance(process_set_id, int)
+        return len(self._ranks_of(process_set_id))
+
+    def _ranks_of(self, process_set_id):
+        _require_init()
+        if process_set_id not in _abi.process_set_ids():
+            raise ValueError('Process set does not exist or has not been registered.')
+        return list(_abi.process_set_ranks(process_set_id))
+
+    def _add_process_set_impl(self, ranks):
+        """Registers a set (dynamic mode) and returns its id; None when a
+        set with these ranks exists already (as Horovod)."""
+        _require_init()
+        ranks = sorted(int(r) for r in ranks)
+        if ranks in self._get_process_set_ids_and_ranks().values():
+            return None
+        return _abi.add_process_set(ranks)
+
+    def _remove_process_set_impl(self, process_set_id):
+        """Removes a set (dynamic mode); returns its id, or None for the
+        global set or an unknown id."""
+        assert isinstance(process_set_id, int)
+        if process_set_id == 0:
+            return None
+        _require_init()
+        try:
+            _abi.remove_process_set(process_set_id)
+        except ValueError as e:
+            if getattr(e, 'hvd_code', None) == _abi.E_UNKNOWN_SET:
+                return None
+            raise
+        return process_set_id
+
+    def _comm_process_set_id(self, comm):
+        raise ValueError('Horovod has not been built with MPI support: hvd does not use MPI, so process sets '
+                         'cannot be looked up by MPI communicator.')
+
+
+def _require_init():
+    if not is_initialized():
+        raise ValueError(_NOT_INIT)

@@ -23,3 +23,14 @@ def handle_average_backwards_compatibility(op, average):
                       DeprecationWarning)
         return Average if average else Sum
     return Average
+
+
+def check_adasum(process_set_id, size):
+    """Horovod's rules for op=Adasum (torch/mpi_ops.py): the global process
+    set only, and (on CPU) a power-of-two number of ranks; NotImplementedError
+    otherwise."""
+    if process_set_id != 0:
+        raise NotImplementedError('Adasum does not support non-global process sets yet.')
+    if size & (size - 1) != 0:
+        raise NotImplementedError('Running Adasum with non-power of 2 ranks is not supported yet '
+                                  '(hvd.size() is %d).' % size)

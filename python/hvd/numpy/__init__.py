@@ -61,7 +61,7 @@ from hvd.common.process_sets import (ProcessSet, global_process_set, add_process
 
 # Reduction ops, with Horovod's values.
 from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
-                            handle_average_backwards_compatibility)
+                            handle_average_backwards_compatibility, check_adasum)
 
 _DTYPES = {
     np.dtype(np.uint8): _abi.DTYPE_UINT8,
@@ -179,11 +179,11 @@ def _copy_back(dst, src):
     return dst
 
 
-def _check_op(op):
-    if op == Adasum:
-        raise NotImplementedError('hvd: Adasum is not implemented yet; use op=hvd.Average or hvd.Sum')
-    if isinstance(op, bool) or op not in (Average, Sum, Min, Max, Product):
+def _check_op(op, process_set):
+    if isinstance(op, bool) or op not in (Average, Sum, Adasum, Min, Max, Product):
         raise ValueError('unknown reduce op %r' % (op,))
+    if op == Adasum:
+        check_adasum(_set_id(process_set), size())
 
 
 def _engine_output(handle, index, dtype):
@@ -196,7 +196,7 @@ def _engine_output(handle, index, dtype):
 # ---------------------------------------------------------------- allreduce
 
 def _allreduce_async(tensor, in_place, name, op, prescale_factor, postscale_factor, process_set):
-    _check_op(op)
+    _check_op(op, process_set)
     arr = _check_inplace(tensor) if in_place else _as_array(tensor)
     src = _contig(arr)
     out = src if in_place else np.empty(src.shape, dtype=src.dtype)
@@ -261,7 +261,7 @@ def _group_desc(arrs):
 
 
 def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, postscale_factor, process_set):
-    _check_op(op)
+    _check_op(op, process_set)
     arrs = _check_group(tensors, in_place)
     srcs = [_contig(a) for a in arrs]
     outs = srcs if in_place else [np.empty(s.shape, dtype=s.dtype) for s in srcs]
@@ -425,7 +425,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def _check_scatter_op(op):
     if op == Adasum:
-        raise NotImplementedError('hvd: Adasum is not implemented yet')
+        raise NotImplementedError('Reducescatter does not support Adasum; use op=hvd.Average or hvd.Sum')
     if isinstance(op, bool) or op not in (Average, Sum):
         raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %r' % (op,))
 
@@ -576,3 +576,6 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     return [pickle.loads(gathered[offsets[i]:offsets[i + 1]].tobytes()) for i in range(len(sizes))]
 
+
+
+from hvd.numpy import mpi_ops  # noqa: E402,F401  (hvd.mpi_ops._basics, as in Horovod's modules)

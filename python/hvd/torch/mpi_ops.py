@@ -11,7 +11,8 @@ referenced until synchronize() returns. Waiting releases the GIL.
 
 import torch
 
-from hvd.common import _abi, basics as _basics
+from hvd.common import _abi
+from hvd.common.basics import HorovodBasics as _HorovodBasics
 from hvd.common.basics import (init, shutdown, is_initialized, start_timeline, stop_timeline, size, local_size,
                                cross_size, rank, local_rank, cross_rank, is_homogeneous, mpi_threads_supported,
                                mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built, ddl_built, ccl_built,
@@ -23,7 +24,11 @@ from hvd.torch.compression import Compression
 
 # Reduction ops, with Horovod's values.
 from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
-                            handle_average_backwards_compatibility)
+                            handle_average_backwards_compatibility, check_adasum)
+
+# Horovod's HorovodBasics object, which tests written for Horovod reach into
+# (hvd.mpi_ops._basics._get_process_set_ids_and_ranks()).
+_basics = _HorovodBasics()
 
 _DTYPES = {
     torch.uint8: _abi.DTYPE_UINT8,
@@ -63,10 +68,10 @@ from hvd.common.handles import track as _track, _handle_map  # noqa: E402,F401
 
 
 def _check_op(op, process_set):
-    if op == Adasum:
-        raise NotImplementedError('hvd: Adasum is not implemented yet; use op=hvd.Average or hvd.Sum')
-    if op not in (Average, Sum, Min, Max, Product):
+    if isinstance(op, bool) or op not in (Average, Sum, Adasum, Min, Max, Product):
         raise ValueError('unknown reduce op %r' % (op,))
+    if op == Adasum:
+        check_adasum(_set_id(process_set), size())
 
 
 def _copy_back(dst, src):
@@ -459,7 +464,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def _check_scatter_op(op):
     if op == Adasum:
-        raise NotImplementedError('hvd: Adasum is not implemented yet')
+        raise NotImplementedError('Reducescatter does not support Adasum; use op=hvd.Average or hvd.Sum')
     if op not in (Average, Sum):
         raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %r' % (op,))
 

@@ -5,7 +5,8 @@ from contextlib import contextmanager
 
 import torch
 
-from hvd.common.process_sets import global_process_set
+from hvd.common.ops import check_adasum
+from hvd.common.process_sets import global_process_set, _set_id
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
@@ -339,6 +340,145 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """Horovod's delta optimizer for op=Adasum (horovod/torch/optimizer.py):
+    when a parameter's gradient is ready (after backward_passes_per_step
+    backward passes), the wrapped optimizer steps that parameter alone, the
+    change it made (delta = new - start) is allreduced with Adasum in place
+    of the parameter, and step() sets the parameter to start + the reduced
+    delta. Adasum thus combines the optimizer's updates, at their full
+    magnitude, rather than the gradients (docs/adasum_user_guide.rst)."""
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [('allreduce.noname.%s.%s' % (i, j), v)
+                                for i, param_group in enumerate(self.param_groups)
+                                for j, v in enumerate(param_group['params'])]
+        if any([not isinstance(p, tuple) for p in named_parameters]):
+            raise ValueError('named_parameters should be a sequence of '
+                             'tuples (name, parameter), usually produced by '
+                             'model.named_parameters().')
+        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
+        if len(dups) > 0:
+            raise ValueError('Parameter names in named_parameters must be unique. '
+                             'Found duplicates: %s' % ', '.join(dups))
+        all_param_ids = {id(v) for param_group in self.param_groups for v in param_group['params']}
+        named_param_ids = {id(v) for k, v in named_parameters}
+        unnamed_param_ids = all_param_ids - named_param_ids
+        if len(unnamed_param_ids):
+            raise ValueError('named_parameters was specified, but one or more model '
+                             'parameters were not named. Python object ids: '
+                             '%s' % ', '.join(str(id) for id in unnamed_param_ids))
+
+        self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
+        self.backward_passes_per_step = backward_passes_per_step
+        self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        # Per parameter: its value before the local step (the start of the delta).
+        self._starting_models = {p: torch.zeros_like(p, requires_grad=False) for _, p in named_parameters}
+        self._register_hooks()
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def _register_hooks(self):
+        for param_group in self.param_groups:
+            for p in param_group['params']:
+                if p.requires_grad:
+                    p.grad = p.data.new(p.size()).zero_()
+                    self._requires_update.add(p)
+                    p_tmp = p.expand_as(p)
+                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)
+
+    def _allreduce_grad_async(self, p):
+        # start = p; the wrapped optimizer steps p alone; p -= start leaves
+        # the delta in p, which is reduced in place (step() puts back
+        # start + reduced delta).
+        name = self._parameter_names.get(p)
+        start = self._starting_models[p]
+        stashed = []
+        for group in self.param_groups:
+            stashed.append(group['params'])
+            group['params'] = [p] if any(p is v for v in group['params']) else []
+        try:
+            start.data.copy_(p)
+            super(self.__class__, self).step()
+            p.data.sub_(start)
+        finally:
+            for params, group in zip(stashed, self.param_groups):
+                group['params'] = params
+        tensor_compressed, ctx = self._compression.compress(p)
+        handle = allreduce_async_(tensor_compressed.data, name=name, op=Adasum)
+        return handle, ctx
+
+    def _make_hook(self, p):
+        def hook(*ignore):
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        'Gradients were computed more than '
+                        'backward_passes_per_step times before call '
+                        'to step(). Increase backward_passes_per_step to '
+                        'accumulate gradients locally.')
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def synchronize(self):
+        """A no-op: the deltas are reduced and applied by step()."""
+
+    @contextmanager
+    def skip_synchronize(self):
+        raise AssertionError('Skipping synchronization is not supported when using Adasum optimizer.')
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            loss = closure()
+        # Parameters whose hook never fired (no gradient this step) still
+        # take part, in name order on every rank.
+        missing = self._requires_update - set(self._handles.keys())
+        for p in sorted(missing, key=lambda q: self._parameter_names.get(q)):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                # step() before backward_passes_per_step passes: reduce now.
+                handle, ctx = self._allreduce_grad_async(p)
+                self._handles[p] = (handle, ctx)
+        for p, (handle, ctx) in self._handles.items():
+            delta = self._compression.decompress(synchronize(handle), ctx)
+            start = self._starting_models[p]
+            start.data.add_(delta.data)
+            p.data.copy_(start)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._handles.clear()
+        return loss
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError('optimizer.zero_grad() was called after loss.backward() '
+                                 'but before optimizer.step() or optimizer.synchronize(). '
+                                 'This is prohibited as it can cause a race condition.')
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=global_process_set):
@@ -349,7 +489,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     named_parameters: model.named_parameters(), names the allreduces;
     compression: Compression.none or Compression.fp16;
     backward_passes_per_step: local gradient accumulation before allreduce;
-    op: Average (default) or Sum (Adasum: NotImplementedError);
+    op: Average (default), Sum, or Adasum: Horovod's delta optimizer — each rank's optimizer steps
+        locally and the parameter changes are combined with Adasum (global set, power-of-two
+        size; with one rank, a plain optimizer);
     gradient_predivide_factor: divide before the sum, multiply after (Average only);
     groups: an int k (parameters split into k grouped allreduces) or a list of lists of parameters;
     sparse_as_dense: allreduce sparse gradients as dense tensors;
@@ -370,9 +512,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if backward_passes_per_step <= 0:
         raise ValueError('backward_passes_per_step must be > 0')
 
-    if op == Adasum:
-        raise NotImplementedError('hvd: DistributedOptimizer(op=hvd.Adasum) is not implemented yet; '
-                                  'use op=hvd.Average')
+    if op == Adasum and size() > 1:
+        # Horovod's delta optimizer (groups and sparse_as_dense do not apply).
+        check_adasum(_set_id(process_set), size())
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
 
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
