@@ -274,6 +274,31 @@ var (
 	ErrUnsupported = errors.New("hvd: unsupported by backend")
 )
 
+// Stall is the optional watchdog of a communicator's waits: a wait that has
+// made no progress because of one peer for Every is reported to Notice, and
+// again every Every after that, until it moves, fails or times out. Notice
+// is called from the waiting goroutine and must not block; peer is the
+// communicator rank waited for. A zero Stall reports nothing.
+type Stall struct {
+	Notice func(op string, peer int, waited time.Duration)
+	Every  time.Duration
+}
+
+// Watch returns a tick function for one wait started at start: call it
+// whenever the wait re-checks; it calls Notice when the next report is due.
+func (s Stall) Watch(start time.Time) func(op string, peer int) {
+	if s.Notice == nil || s.Every <= 0 {
+		return func(string, int) {}
+	}
+	next := start.Add(s.Every)
+	return func(op string, peer int) {
+		if now := time.Now(); !now.Before(next) {
+			s.Notice(op, peer, now.Sub(start))
+			next = now.Add(s.Every)
+		}
+	}
+}
+
 // PeerError describes a failure attributed to one peer.
 type PeerError struct {
 	Peer   int    // rank inside the communicator

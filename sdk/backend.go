@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/backends/hier"
@@ -117,7 +118,8 @@ func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (backends
 	return tcp.New(ctx, tcp.Config{
 		Store: w.store, Prefix: name,
 		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
-		ListenHost: w.listen, ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
+		ListenHost: w.listen, ConnectTimeout: w.id.Timeout,
+		OpTimeout: w.opTimeout(name), Stall: w.stallNotices(name, ranks),
 		Spin: w.spin, LocalSize: w.topo.LocalSize,
 	})
 }
@@ -135,7 +137,8 @@ func (w *World) shmComm(ctx context.Context, name string, ranks []int) (backends
 	return shm.New(ctx, shm.Config{
 		Store: w.store, Prefix: name + "/shm",
 		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks,
-		ConnectTimeout: w.id.Timeout, OpTimeout: w.opTO,
+		ConnectTimeout: w.id.Timeout,
+		OpTimeout:      w.opTimeout(name), Stall: w.stallNotices(name, ranks),
 		Spin: w.spin, LocalSize: w.topo.LocalSize,
 		SmallBytes: w.knobs.shmSmall, ChunkBytes: w.knobs.shmChunk, SlotBytes: w.knobs.shmSlot,
 		// Only the set's point-to-point mesh sends messages; the engine's
@@ -170,4 +173,83 @@ func (w *World) hierComm(ctx context.Context, name string, ranks []int, hosts []
 		return nil, err
 	}
 	return c, nil
+}
+
+// Waiting on a live peer (one that is stopped, swapped out or stuck outside
+// hvd, so its process is alive but sends nothing) is bounded, and reported
+// while it lasts. Inside a collective every member is executing the same
+// response list, so a peer that moves no byte for long is not merely busy:
+// the engine's communicators fail after HOROVOD_GLOO_TIMEOUT_SECONDS (30 s by
+// default), as Horovod's Gloo context's timeout bounds its collectives. A
+// send/recv may legitimately wait for a peer that is computing, so the
+// point-to-point communicators wait 30 minutes (torch.distributed's gloo
+// default). HVD_COLLECTIVE_TIMEOUT_SECONDS, when set, is used for both.
+// Until then the waiting rank logs, every stallEvery, whom it waits for, on
+// which set and in which operation.
+
+// commRole reads back what newComm encoded in a communicator's name
+// ("ps<id>-…" for the engine's, "p2p<id>-…" for point-to-point).
+func commRole(name string) (set int, p2p bool) {
+	p2p = strings.HasPrefix(name, "p2p")
+	s := strings.TrimPrefix(strings.TrimPrefix(name, "p2p"), "ps")
+	if i := strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		s = s[:i]
+	}
+	set, _ = strconv.Atoi(s)
+	return set, p2p
+}
+
+// opTimeout is how long an operation of the communicator named name may
+// wait without progress, and which setting says so.
+func (w *World) opTimeout(name string) time.Duration {
+	d, _ := w.opTimeoutSource(name)
+	return d
+}
+
+func (w *World) opTimeoutSource(name string) (time.Duration, string) {
+	if w.knobs.opTimeout >= 0 {
+		return w.knobs.opTimeout, "HVD_COLLECTIVE_TIMEOUT_SECONDS"
+	}
+	if _, p2p := commRole(name); p2p {
+		return 30 * time.Minute, "the send/recv default; HVD_COLLECTIVE_TIMEOUT_SECONDS changes it"
+	}
+	return w.id.Timeout, "HOROVOD_GLOO_TIMEOUT_SECONDS"
+}
+
+// stallNotices reports, while it lasts, a wait on a live peer that makes no
+// progress: every 10 s for collectives (a third of a shorter timeout),
+// every minute for send/recv.
+func (w *World) stallNotices(name string, ranks []int) backends.Stall {
+	set, p2p := commRole(name)
+	timeout, src := w.opTimeoutSource(name)
+	every := 10 * time.Second
+	if p2p {
+		every = time.Minute
+	}
+	if timeout > 0 {
+		every = min(every, max(timeout/3, 100*time.Millisecond))
+	}
+	fails := "never fails (HVD_COLLECTIVE_TIMEOUT_SECONDS=0)"
+	if timeout > 0 {
+		fails = fmt.Sprintf("fails after %v (%s)", timeout, src)
+	}
+	return backends.Stall{Every: every, Notice: func(op string, peer int, waited time.Duration) {
+		what := op
+		if !p2p {
+			w.mu.RLock()
+			ps := w.sets[set]
+			w.mu.RUnlock()
+			if ps != nil && ps.eng != nil {
+				if a := ps.eng.Activity(); a != "" {
+					what = a
+				}
+			}
+		}
+		who := peer
+		if peer >= 0 && peer < len(ranks) {
+			who = ranks[peer]
+		}
+		w.logf("hvd: process set %d: waited %v for rank %d in %s; that rank is alive but sends nothing (stopped, swapped out, or stuck outside hvd?); the operation %s",
+			set, waited.Round(100*time.Millisecond), who, what, fails)
+	}}
 }

@@ -33,7 +33,7 @@ type knobs struct {
 	dynamic       bool          // HOROVOD_DYNAMIC_PROCESS_SETS
 
 	backend     string        // HVD_BACKEND: auto, shm or tcp
-	opTimeout   time.Duration // HVD_COLLECTIVE_TIMEOUT_SECONDS (default 30 min)
+	opTimeout   time.Duration // HVD_COLLECTIVE_TIMEOUT_SECONDS (< 0 unset: see backend.go opTimeout)
 	spin        time.Duration // HVD_SPIN_US; < 0: chosen per host
 	bindTo      string        // HVD_BIND_TO: core or none
 	kernels     string        // HVD_KERNELS: auto, generic or avx2 ("": leave the process's choice)
@@ -46,7 +46,7 @@ type knobs struct {
 
 func defaultKnobs() knobs {
 	return knobs{fusion: 128 << 20, cache: 1024, stallWarn: 60 * time.Second,
-		hierAllreduce: true, hierAllgather: true, backend: backendAuto, opTimeout: 30 * time.Minute,
+		hierAllreduce: true, hierAllgather: true, backend: backendAuto, opTimeout: -1,
 		spin: -1, bindTo: "none", tcpSndBuf: -1}
 }
 
@@ -110,7 +110,7 @@ var knobTable = []knobSpec{
 		doc: "data plane: shared memory inside a host and TCP across (auto), shm only, or tcp only",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.backend = s }},
 	{name: "HVD_COLLECTIVE_TIMEOUT_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",
-		doc: "an operation waiting this long for a live peer fails (0: never; dead peers are found at once)",
+		doc: "an operation waiting this long for a live peer fails (0: never; default: HOROVOD_GLOO_TIMEOUT_SECONDS for collectives, 30 min for send/recv; dead peers are found at once)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.opTimeout = seconds(f) }},
 	{name: "HVD_SPIN_US", kind: kindInt, max: 1e6, unit: "microseconds",
 		doc: "busy-poll before sleeping (default: chosen from ranks per host and cores)",

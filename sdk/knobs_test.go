@@ -115,7 +115,7 @@ func FuzzKnobs(f *testing.F) {
 			}
 			return
 		}
-		if k.cache < 0 || k.cache > 1<<16 || k.fusion < 0 || k.fusion > 1<<36 || k.cycle < 0 || k.opTimeout < 0 ||
+		if k.cache < 0 || k.cache > 1<<16 || k.fusion < 0 || k.fusion > 1<<36 || k.cycle < 0 || k.opTimeout < -1 ||
 			k.shmSmall < 0 || k.shmChunk < 0 || k.shmSlot < 0 || k.tcpSndBuf < -1 {
 			t.Fatalf("%s=%q accepted out of range: %+v", s.name, v, k)
 		}

@@ -73,7 +73,6 @@ type World struct {
 	cfg    Config
 	listen string
 	spin   time.Duration
-	opTO   time.Duration
 
 	backend           string // auto, shm or tcp (backend.go)
 	shmFallbackLogged atomic.Bool
@@ -137,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		return nil, err
 	}
 	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: k.backend, knobs: k,
-		opTO: k.opTimeout, spin: k.spin, dynamic: cfg.Dynamic || k.dynamic}
+		spin: k.spin, dynamic: cfg.Dynamic || k.dynamic}
 	w.maxID = len(sets)
 	w.logf = cfg.Logf
 	if w.logf == nil {

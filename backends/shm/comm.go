@@ -75,6 +75,8 @@ type Config struct {
 	// OpTimeout fails an operation that waits this long for one peer
 	// (0 = never). Dead peers are detected sooner through their pidfd.
 	OpTimeout time.Duration
+	// Stall reports waits that make no progress (see backends.Stall).
+	Stall backends.Stall
 	// Spin is how long to busy-wait before sleeping; negative means choose:
 	// 50 µs, or none (yield instead) when LocalSize exceeds the CPU count.
 	Spin time.Duration
@@ -170,6 +172,7 @@ type Comm struct {
 	ctrlBytes   int
 	slotHdr     int
 	opTimeout   time.Duration
+	stall       backends.Stall
 	spin        time.Duration
 	yield       bool
 
@@ -250,7 +253,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
 
-	c := &Comm{rank: cfg.Rank, size: cfg.Size, globalRanks: cfg.GlobalRanks, opTimeout: cfg.OpTimeout}
+	c := &Comm{rank: cfg.Rank, size: cfg.Size, globalRanks: cfg.GlobalRanks, opTimeout: cfg.OpTimeout, stall: cfg.Stall}
 	if len(c.globalRanks) != c.size {
 		c.globalRanks = nil
 	}

@@ -311,3 +311,31 @@ func TestNoEager(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A live peer that does not take part is reported while the wait lasts
+// (every Stall.Every, naming it), then the op times out naming it.
+func TestStallNoticesThenTimeout(t *testing.T) {
+	var mu sync.Mutex
+	var notes []string
+	stall := backends.Stall{Every: 150 * time.Millisecond, Notice: func(op string, peer int, waited time.Duration) {
+		mu.Lock()
+		notes = append(notes, fmt.Sprintf("%s peer=%d waited=%v", op, peer, waited.Round(50*time.Millisecond)))
+		mu.Unlock()
+	}}
+	comms := newComms(t, 2, func(c *Config) { c.OpTimeout = 700 * time.Millisecond; c.Stall = stall })
+	err := comms[0].Barrier() // rank 1 never joins
+	var pe *backends.PeerError
+	if !errors.As(err, &pe) || pe.Peer != 1 || !strings.Contains(err.Error(), "no progress") {
+		t.Fatalf("got %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notes) < 2 {
+		t.Fatalf("stall notices before the timeout: %q", notes)
+	}
+	for _, n := range notes {
+		if !strings.Contains(n, "peer=1") {
+			t.Fatalf("notice does not name rank 1: %q", notes)
+		}
+	}
+}

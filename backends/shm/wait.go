@@ -95,6 +95,7 @@ func (c *Comm) await(op string, blocker func() int) error {
 	bell, sleeping := c.seg.u32(ctl+ctlBell), c.seg.u32(ctl+ctlSleeping)
 	sleeping.Add(1) // a count: several goroutines may sleep (point-to-point)
 	defer sleeping.Add(^uint32(0))
+	watch := c.stall.Watch(start)
 	for {
 		v := bell.Load()
 		b := blocker()
@@ -111,8 +112,9 @@ func (c *Comm) await(op string, blocker func() int) error {
 			return err
 		}
 		if c.opTimeout > 0 && time.Since(start) > c.opTimeout {
-			return c.fail(op, b, reasonTimeout, fmt.Sprintf("no progress for %v (HVD_COLLECTIVE_TIMEOUT_SECONDS)", time.Since(start).Round(time.Millisecond)))
+			return c.fail(op, b, reasonTimeout, fmt.Sprintf("no progress for %v: the peer is alive but not taking part (stopped, swapped out or stuck?)", time.Since(start).Round(time.Millisecond)))
 		}
+		watch(op, b)
 		futexWait(bell, v, sleepSlice)
 	}
 }

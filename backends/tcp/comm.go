@@ -50,6 +50,8 @@ type Config struct {
 	// OpTimeout fails an operation during which no byte moved for this long
 	// (0 = never). Dead peers are detected sooner through the sockets.
 	OpTimeout time.Duration
+	// Stall reports waits that make no progress (see backends.Stall).
+	Stall backends.Stall
 	// Spin is how long to busy-poll before blocking in poll(2); negative
 	// means "choose": 50 µs, or 0 when LocalSize exceeds the CPU count.
 	Spin time.Duration
@@ -76,6 +78,7 @@ type Comm struct {
 	peers       []*peer
 	spin        time.Duration
 	opTimeout   time.Duration
+	stall       backends.Stall
 	small       int
 
 	// mu is held for the duration of each collective, and shared by every
@@ -122,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	c := &Comm{
 		rank: cfg.Rank, size: cfg.Size, prefix: cfg.Prefix, store: cfg.Store,
 		globalRanks: cfg.GlobalRanks, spin: cfg.Spin, opTimeout: cfg.OpTimeout,
-		small: cfg.SmallBytes,
+		stall: cfg.Stall, small: cfg.SmallBytes,
 	}
 	if c.small <= 0 {
 		c.small = defaultSmallBytes

@@ -115,6 +115,7 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 	}
 	remaining := len(xs)
 	lastMove := time.Now()
+	watch := c.stall.Watch(lastMove)
 	var pfds []unix.PollFd
 	var pxs []*xfer
 	for remaining > 0 {
@@ -139,6 +140,7 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 		}
 		if moved {
 			lastMove = time.Now()
+			watch = c.stall.Watch(lastMove)
 			continue
 		}
 		idle := time.Since(lastMove)
@@ -146,7 +148,10 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 			continue
 		}
 		if c.opTimeout > 0 && idle > c.opTimeout {
-			return c.fail(opName, c.waitingOn(xs), fmt.Errorf("no progress for %v (HVD_COLLECTIVE_TIMEOUT_SECONDS): the peer is alive but not taking part in this operation", idle.Round(time.Second)))
+			return c.fail(opName, c.waitingOn(xs), fmt.Errorf("no progress for %v: the peer is alive but not taking part (stopped, swapped out or stuck?)", idle.Round(time.Second)))
+		}
+		if p := c.waitingOn(xs); p != nil {
+			watch(opName, p.rank)
 		}
 		// Block until a descriptor can move.
 		pfds, pxs = pfds[:0], pxs[:0]
@@ -167,6 +172,9 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 			pxs = append(pxs, x)
 		}
 		wait := 1000 // ms; re-check the stall timeout at least every second
+		if e := c.stall.Every; e > 0 && e < time.Second {
+			wait = max(int(e/time.Millisecond), 1)
+		}
 		if _, err := unix.Poll(pfds, wait); err != nil && !errors.Is(err, unix.EINTR) {
 			return c.fail(opName, nil, fmt.Errorf("poll: %w", err))
 		}

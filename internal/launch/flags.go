@@ -121,7 +121,7 @@ var flagDefs = []flagDef{
 		help: "deprecated: one interface, repeatable",
 		set:  addInterfaces},
 	{names: []string{"--gloo-timeout-seconds"}, metavar: "SECONDS", takesValue: true,
-		help: "rendezvous and collective timeout (HOROVOD_GLOO_TIMEOUT_SECONDS)",
+		help: "rendezvous timeout, and how long a collective waits for a live rank that sends nothing before failing (HOROVOD_GLOO_TIMEOUT_SECONDS, default 30)",
 		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.GlooTimeout, n, v) }},
 	{names: []string{"--cache-capacity"}, metavar: "N", takesValue: true,
 		help: "response cache entries, 0 disables (HOROVOD_CACHE_CAPACITY)",

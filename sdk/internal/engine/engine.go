@@ -142,6 +142,11 @@ type Engine struct {
 	quitOnce  sync.Once
 	lastRound time.Time
 
+	// What the engine goroutine is doing, for Activity: the response being
+	// executed, or nil while it negotiates or idles (busy tells apart).
+	running atomic.Pointer[Response]
+	busy    atomic.Bool
+
 	stats  struct{ rounds, negotiations, sent, cached atomic.Uint64 }
 	queued atomic.Bool // queue non-empty (read while spinning, without the lock)
 }
@@ -286,7 +291,11 @@ func (e *Engine) loop() {
 		}
 		e.pace()
 		e.tl().MarkCycleStart()
-		if err := e.round(); err != nil {
+		e.busy.Store(true)
+		err := e.round()
+		e.running.Store(nil)
+		e.busy.Store(false)
+		if err != nil {
 			e.stop(err)
 			return
 		}
@@ -486,11 +495,52 @@ func (e *Engine) round() error {
 		list = append(list, slow...)
 	}
 	for i := range list {
+		e.running.Store(&list[i])
 		if err := e.execute(&list[i]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Activity says what the engine goroutine is doing, for messages about a
+// wait that makes no progress: the operation and tensors being executed,
+// the negotiation round (with the tensors this rank has pending), or "".
+// Safe from any goroutine.
+func (e *Engine) Activity() string {
+	if !e.busy.Load() {
+		return ""
+	}
+	if r := e.running.Load(); r != nil {
+		return fmt.Sprintf("%s of %s", r.Type, quoteNames(r.Names))
+	}
+	e.mu.Lock()
+	names := make([]string, 0, len(e.table))
+	for n := range e.table {
+		names = append(names, n)
+	}
+	e.mu.Unlock()
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "a negotiation round"
+	}
+	return "a negotiation round (pending here: " + quoteNames(names) + ")"
+}
+
+// quoteNames lists up to six names, quoted, and how many more.
+func quoteNames(names []string) string {
+	var b strings.Builder
+	for i, n := range names {
+		if i == 6 {
+			fmt.Fprintf(&b, " and %d more", len(names)-6)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", n)
+	}
+	return b.String()
 }
 
 // wholeGroups keeps a group together: when any member of a group goes
