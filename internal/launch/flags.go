@@ -59,10 +59,25 @@ var flagDefs = []flagDef{
 		set:  func(o *Options, n, v string) error { return setPositiveInt(&o.NumProc, n, v) }},
 	{names: []string{"-H", "--hosts"}, metavar: "HOST:SLOTS,...", takesValue: true,
 		help: "hosts and their slots (default localhost:<np>)",
-		set:  func(o *Options, n, v string) error { o.Hosts = v; return nil }},
+		set: func(o *Options, n, v string) error {
+			switch {
+			case o.Hosts != "": // only a -H sets it, never to ""
+				return usageErrorf("%s given twice (%q, then %q): list every host in one -H, e.g. -H a:2,b:2", n, o.Hosts, v)
+			case strings.TrimSpace(v) == "":
+				return usageErrorf("%s needs at least one host (host:slots,...); leave it out to run on localhost", n)
+			}
+			o.Hosts = v
+			return nil
+		}},
 	{names: []string{"--hostfile", "-hostfile"}, metavar: "FILE", takesValue: true,
 		help: "file with one '<host> slots=<n>' (or '<host>:<n>') per line; # comments",
-		set:  func(o *Options, n, v string) error { o.Hostfile = v; return nil }},
+		set: func(o *Options, n, v string) error {
+			if strings.TrimSpace(v) == "" {
+				return usageErrorf("%s needs a file name", n)
+			}
+			o.Hostfile = v
+			return nil
+		}},
 	{names: []string{"-x"}, metavar: "VAR[=VALUE]", takesValue: true,
 		help: "export VAR (hvdrun's value, or VALUE) to every worker; repeatable",
 		set: func(o *Options, n, v string) error {

@@ -158,3 +158,23 @@ func FuzzParseArgs(f *testing.F) {
 		}
 	})
 }
+
+// An empty -H is not "run on localhost", and a repeated -H does not
+// silently keep only the last: both are usage errors.
+func TestParseArgsHostsGivenOnceAndNotEmpty(t *testing.T) {
+	for _, args := range [][]string{
+		{"-H", "", "-np", "1", "cmd"},
+		{"-H", "  ", "-np", "1", "cmd"},
+		{"-H", "a:1", "-H", "b:1", "-np", "2", "cmd"},
+		{"--hosts", "a:1", "-H", "a:1", "-np", "1", "cmd"},
+		{"--hostfile", "", "-np", "1", "cmd"},
+	} {
+		_, err := ParseArgs(args)
+		if !errors.Is(err, ErrUsage) || ExitCode(err) != 2 {
+			t.Errorf("ParseArgs(%q) = %v, want a usage error", args, err)
+		}
+	}
+	if o, err := ParseArgs([]string{"-H", "a:1,b:1", "-np", "2", "cmd"}); err != nil || o.Hosts != "a:1,b:1" {
+		t.Fatalf("a single -H: %+v %v", o, err)
+	}
+}
