@@ -21,3 +21,5 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, S
                                synchronize)
 from hvd.torch.optimizer import DistributedOptimizer  # noqa: E402
 from hvd.torch.p2p import irecv, isend, recv, send  # noqa: E402
+from hvd.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
+from hvd.torch import mpi_ops  # noqa: E402,F401  (hvd.mpi_ops._basics, as in Horovod)
