@@ -529,6 +529,17 @@ def test_adasum():
             hvd.allreduce(np.ones(2), op=hvd.Adasum, process_set=EVEN)
 
 
+def test_horovod_private_helpers():
+    """hvd.mpi_ops._basics as in Horovod's framework modules."""
+    want = {0: list(range(N))}
+    for s in (EVEN, ODD):
+        if s.process_set_id is not None:
+            want[s.process_set_id] = s.ranks
+    assert hvd.mpi_ops._basics._get_process_set_ids_and_ranks() == want
+    assert hvd.mpi_ops._basics._process_set_rank(0) == R
+    assert hvd.mpi_ops.allreduce is hvd.allreduce
+
+
 def test_shutdown_last():
     hvd.barrier()
     hvd.shutdown()

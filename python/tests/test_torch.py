@@ -69,6 +69,30 @@ def test_process_set_objects():
         hvd.ProcessSet([0, 'a'])
 
 
+def test_horovod_private_helpers():
+    """What tests written for Horovod reach into: hvd.mpi_ops._basics
+    (HorovodBasics) and mpi_ops' module-level names."""
+    ps = hvd.mpi_ops._basics._get_process_set_ids_and_ranks()
+    want = {0: list(range(N))}
+    for s in (EVEN, ODD):
+        if s.process_set_id is not None:
+            want[s.process_set_id] = s.ranks
+    assert ps == want
+    assert hvd.mpi_ops._basics._process_set_size(0) == N
+    assert hvd.mpi_ops._basics._process_set_rank(0) == R
+    assert hvd.mpi_ops._basics.size() == N and hvd.mpi_ops._basics.Adasum == hvd.Adasum
+    with pytest.raises(ValueError, match='does not exist'):
+        hvd.mpi_ops._basics._process_set_size(12345)
+    if N > 1:
+        other = ODD if R % 2 == 0 else EVEN
+        with pytest.raises(ValueError, match='not part of provided process set'):
+            hvd.mpi_ops._basics._process_set_rank(other.process_set_id)
+    assert hvd.mpi_ops._basics._remove_process_set_impl(0) is None
+    with pytest.warns(DeprecationWarning):
+        assert hvd.mpi_ops.handle_average_backwards_compatibility(None, False) == hvd.Sum
+    assert isinstance(hvd.mpi_ops._handle_map, dict)
+
+
 def test_init_again_is_harmless():
     hvd.init()
     assert hvd.size() == N
