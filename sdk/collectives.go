@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/hvdorg/hvd/backends"
@@ -490,5 +491,15 @@ func (ps *ProcessSet) wrapErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("hvd: %s on process set %d %v: %w", op, ps.id, ps.ranks, err)
+	return &opError{prefix: fmt.Sprintf("hvd: %s on process set %d %v: ", op, ps.id, ps.ranks), err: err}
 }
+
+// opError is an error with the operation and set in front; the wrapped
+// error's own "hvd: " is dropped from the text (one prefix per message).
+type opError struct {
+	prefix string
+	err    error
+}
+
+func (e *opError) Error() string { return e.prefix + strings.TrimPrefix(e.err.Error(), "hvd: ") }
+func (e *opError) Unwrap() error { return e.err }

@@ -544,9 +544,13 @@ def test_shutdown_last():
     hvd.barrier()
     hvd.shutdown()
     assert not hvd.is_initialized()
-    with pytest.raises(ValueError):
-        hvd.allreduce(np.ones(1))
-    with pytest.raises(ValueError):
+    # In Python's words (the library's message names Go's Init otherwise).
+    for call in (lambda: hvd.allreduce(np.ones(1)), hvd.barrier, hvd.join,
+                 lambda: hvd.allgather(np.ones(1)), lambda: hvd.add_process_set([0])):
+        with pytest.raises(ValueError, match=r'not been initialized: call hvd\.init\(\) first') as e:
+            call()
+        assert 'Init first' not in str(e.value) and 'SDK' not in str(e.value)
+    with pytest.raises(ValueError, match='not been initialized'):
         hvd.size()
     hvd.shutdown()  # again: a no-op
 

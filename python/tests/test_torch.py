@@ -93,6 +93,46 @@ def test_horovod_private_helpers():
     assert isinstance(hvd.mpi_ops._handle_map, dict)
 
 
+def test_messages_in_python_words():
+    """Errors say what a Python user calls (hvd.init(), hvd.shutdown(), ...),
+    not the Go SDK's names, and carry one "hvd:" prefix."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('HOROVOD_', 'HVD_', 'OMPI_', 'PMI_'))}
+    env.pop('RANK', None)
+    env.pop('WORLD_SIZE', None)
+    code = ('import torch, hvd.torch as hvd\n'
+            'for f in (lambda: hvd.allreduce(torch.ones(1)), hvd.barrier, hvd.join, lambda: hvd.add_process_set([0])):\n'
+            '    try:\n'
+            '        f()\n'
+            '    except ValueError as e:\n'
+            '        print(e)\n')
+    out = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True, timeout=60)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4, (out.stdout, out.stderr)
+    for line in lines:
+        assert 'call hvd.init() first' in line and 'Init first' not in line and 'SDK' not in line, line
+    # Rank 0's op stays in flight until the others enqueue it, after the barrier.
+    if R == 0:
+        h = hvd.allreduce_async(torch.ones(1), name='words.dup')
+        with pytest.raises(ValueError) as e:
+            hvd.allreduce_async(torch.ones(1), name='words.dup')
+        msg = str(e.value)
+        assert msg.count('hvd:') == 1 and 'invalid argument' not in msg and 'already in flight' in msg, msg
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async(torch.ones(1), name='words.dup')
+    hvd.synchronize(h)
+    with pytest.raises(ValueError, match='not hvd.Max'):
+        hvd.reducescatter(torch.ones(N), op=hvd.Max)
+    from hvd.common.loader import python_words
+    assert python_words("hvd: x: the process set's engine has been shut down") == \
+        'hvd: x: Horovod has been shut down (hvd.shutdown(), or a failure on some rank) before the op completed'
+    assert python_words('call Start before Wait()') == 'call hvd.init() before hvd.synchronize()'
+    assert python_words('AddProcessSet: Initial value') == 'hvd.add_process_set(): Initial value'
+
+
 def test_init_again_is_harmless():
     hvd.init()
     assert hvd.size() == N
@@ -266,7 +306,7 @@ def test_other_collectives_process_set(which):
 
 
 def test_unregistered_process_set():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r'has not been registered: ProcessSet\(.*hvd\.add_process_set'):
         hvd.allreduce(torch.ones(1), process_set=hvd.ProcessSet([0]))
     fake = hvd.ProcessSet([0])
     fake.process_set_id = 10

@@ -14,6 +14,7 @@ clear error; topology queries answer from values cached at init.
 """
 import ctypes
 import os
+import re
 import struct
 
 from hvd.common import _abi
@@ -30,11 +31,38 @@ _EXC = {
 }
 
 
+# The library's messages are the Go SDK's; these rewrite its Go words (API
+# names, sentinel texts) into what a Python user calls and reads.
+_WORDS = [
+    (re.compile(r'(?:hvd: )?not initialized: call Init first \(or the SDK was shut down\)'),
+     'Horovod has not been initialized: call hvd.init() first (or hvd.shutdown() was called)'),
+    (re.compile(r'\bthe SDK\b'), 'hvd'),
+    (re.compile(r'\b(?:sdk\.)?Init(?:\(\))?(?=[\s:;,.)]|$)'), 'hvd.init()'),
+    (re.compile(r'\b(?:sdk\.)?Start(?:\(\))?(?=[\s:;,.)]|$)'), 'hvd.init()'),
+    (re.compile(r'\b(?:sdk\.)?Shutdown(?:\(\))?(?=[\s:;,.)]|$)'), 'hvd.shutdown()'),
+    (re.compile(r'\b(?:World\.)?AddProcessSet\b(?:\(\))?'), 'hvd.add_process_set()'),
+    (re.compile(r'\b(?:World\.)?RemoveProcessSet\b(?:\(\))?'), 'hvd.remove_process_set()'),
+    (re.compile(r'\b(?:Handle\.)?Wait\(\)'), 'hvd.synchronize()'),
+    (re.compile(r"the process set's engine has been shut down"),
+     'Horovod has been shut down (hvd.shutdown(), or a failure on some rank) before the op completed'),
+    # "hvd: invalid argument: x" -> "hvd: x": the exception type says it.
+    (re.compile(r'\binvalid argument: '), ''),
+]
+
+
+def python_words(message):
+    """message with the Go SDK's words replaced by Python's."""
+    for pattern, repl in _WORDS:
+        message = pattern.sub(repl, message)
+    return message
+
+
 def raise_error(code, message, phase):
     """The error hook the generated functions call: ValueError and friends at
     call time, HorovodInternalError for anything that fails while the op
     runs (as Horovod maps them)."""
     _, name = _abi.ERRORS.get(code, ('INTERNAL', 'HorovodInternalError'))
+    message = python_words(message)
     exc = HorovodInternalError(message) if phase == 'sync' else _EXC[name](message)
     exc.hvd_code = code
     raise exc

@@ -13,6 +13,16 @@ Max = _abi.REDUCE_OP_MAX
 Product = _abi.REDUCE_OP_PRODUCT
 
 
+_OP_NAMES = {Average: 'Average', Sum: 'Sum', Adasum: 'Adasum', Min: 'Min', Max: 'Max', Product: 'Product'}
+
+
+def op_name(op):
+    """hvd.Sum etc. by name, for messages (the values are plain ints)."""
+    if isinstance(op, int) and not isinstance(op, bool) and op in _OP_NAMES:
+        return 'hvd.' + _OP_NAMES[op]
+    return repr(op)
+
+
 def handle_average_backwards_compatibility(op, average):
     if op is not None:
         if average is not None:

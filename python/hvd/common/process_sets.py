@@ -62,12 +62,16 @@ _id_to_process_sets = {0: [global_process_set]}
 
 
 def _set_id(process_set):
-    """The id to pass to the library (-1 for an unregistered set, which the
-    library reports as unknown)."""
+    """The id to pass to the library; ValueError for a set that was never
+    registered, or was removed (its id is None)."""
     if not isinstance(process_set, ProcessSet):
         raise ValueError('process_set must be a ProcessSet, not %r' % (process_set,))
     pid = process_set.process_set_id
-    return -1 if pid is None else pid
+    if pid is None:
+        raise ValueError('Process set provided does not exist, or has not been registered: %s. Pass it to '
+                         'hvd.init(process_sets=[...]), or to hvd.add_process_set() with dynamic process sets; '
+                         'a removed set must be added again.' % (process_set,))
+    return pid
 
 
 def _registered():

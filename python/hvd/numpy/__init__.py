@@ -61,7 +61,7 @@ from hvd.common.process_sets import (ProcessSet, global_process_set, add_process
 
 # Reduction ops, with Horovod's values.
 from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
-                            handle_average_backwards_compatibility, check_adasum)
+                            handle_average_backwards_compatibility, check_adasum, op_name)
 
 _DTYPES = {
     np.dtype(np.uint8): _abi.DTYPE_UINT8,
@@ -181,7 +181,7 @@ def _copy_back(dst, src):
 
 def _check_op(op, process_set):
     if isinstance(op, bool) or op not in (Average, Sum, Adasum, Min, Max, Product):
-        raise ValueError('unknown reduce op %r' % (op,))
+        raise ValueError('unknown reduce op %r: use hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max or hvd.Product' % (op,))
     if op == Adasum:
         check_adasum(_set_id(process_set), size())
 
@@ -427,7 +427,7 @@ def _check_scatter_op(op):
     if op == Adasum:
         raise NotImplementedError('Reducescatter does not support Adasum; use op=hvd.Average or hvd.Sum')
     if isinstance(op, bool) or op not in (Average, Sum):
-        raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %r' % (op,))
+        raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %s' % op_name(op))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,

@@ -24,7 +24,7 @@ from hvd.torch.compression import Compression
 
 # Reduction ops, with Horovod's values.
 from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
-                            handle_average_backwards_compatibility, check_adasum)
+                            handle_average_backwards_compatibility, check_adasum, op_name)
 
 # Horovod's HorovodBasics object, which tests written for Horovod reach into
 # (hvd.mpi_ops._basics._get_process_set_ids_and_ranks()).
@@ -69,7 +69,7 @@ from hvd.common.handles import track as _track, _handle_map  # noqa: E402,F401
 
 def _check_op(op, process_set):
     if isinstance(op, bool) or op not in (Average, Sum, Adasum, Min, Max, Product):
-        raise ValueError('unknown reduce op %r' % (op,))
+        raise ValueError('unknown reduce op %r: use hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max or hvd.Product' % (op,))
     if op == Adasum:
         check_adasum(_set_id(process_set), size())
 
@@ -466,7 +466,7 @@ def _check_scatter_op(op):
     if op == Adasum:
         raise NotImplementedError('Reducescatter does not support Adasum; use op=hvd.Average or hvd.Sum')
     if op not in (Average, Sum):
-        raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %r' % (op,))
+        raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %s' % op_name(op))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
