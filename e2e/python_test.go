@@ -184,3 +184,34 @@ func TestPythonSettingsAtInit(t *testing.T) {
 		})
 	}
 }
+
+// op=hvd.Adasum through hvd.torch: Horovod's expected values at 2 and 4
+// ranks; at 3 (not a power of two) the tests of Horovod's refusal, run by
+// name (the value tests skip there).
+func TestPythonAdasum(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3, 4} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			if np&(np-1) != 0 {
+				args = append(args, "../python/tests/test_adasum.py::test_power_of_two_rule", "../python/tests/test_adasum.py::test_errors")
+			} else {
+				args = append(args, "../python/tests/test_adasum.py")
+			}
+			out, code := hvdrun(t, 3*time.Minute, pyEnv(pkg), args...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
+// hvd.SyncBatchNorm against torch's BatchNorm on the whole batch.
+func TestPythonSyncBatchNorm(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg), append(args, "../python/tests/test_sync_batch_norm.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
