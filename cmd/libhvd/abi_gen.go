@@ -27,7 +27,7 @@ const (
 	codeProcessSetMismatch = 5
 	// UNKNOWN_HANDLE: the handle was never issued or was already released (ValueError).
 	codeUnknownHandle = 6
-	// UNSUPPORTED: the operation is not implemented (Adasum) (NotImplementedError).
+	// UNSUPPORTED: the operation is not supported in this setting (Adasum on a set whose size is not a power of two) (NotImplementedError).
 	codeUnsupported = 7
 	// MISMATCH: ranks called the op with different dtypes, shapes or parameters (HorovodInternalError).
 	codeMismatch = 8

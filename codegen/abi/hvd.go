@@ -14,7 +14,7 @@ var HVD = Spec{
 		{Name: "UNKNOWN_SET", Code: 4, Python: "ValueError", Doc: "the process set does not exist or was removed"},
 		{Name: "PROCESS_SET_MISMATCH", Code: 5, Python: "ValueError", Doc: "ranks registered different process sets"},
 		{Name: "UNKNOWN_HANDLE", Code: 6, Python: "ValueError", Doc: "the handle was never issued or was already released"},
-		{Name: "UNSUPPORTED", Code: 7, Python: "NotImplementedError", Doc: "the operation is not implemented (Adasum)"},
+		{Name: "UNSUPPORTED", Code: 7, Python: "NotImplementedError", Doc: "the operation is not supported in this setting (Adasum on a set whose size is not a power of two)"},
 		{Name: "MISMATCH", Code: 8, Python: "HorovodInternalError", Doc: "ranks called the op with different dtypes, shapes or parameters"},
 		{Name: "SHUTDOWN", Code: 9, Python: "HorovodInternalError", Doc: "hvd was shut down, or the process set removed, before the op completed"},
 		{Name: "PEER_FAILURE", Code: 10, Python: "HorovodInternalError", Doc: "a peer died or broke the protocol"},

@@ -230,6 +230,14 @@ def test_power_of_two_rule():
         else:
             with pytest.raises(NotImplementedError, match='Running Adasum with non-power of 2 ranks is not supported'):
                 call()
+    if not POW2:
+        # The library refuses too (UNSUPPORTED -> NotImplementedError), for
+        # callers that do not go through hvd.torch's check.
+        from hvd.common import _abi
+        t = torch.ones(2)
+        with pytest.raises(NotImplementedError, match='power-of-two number of ranks'):
+            _abi.allreduce_async(t.data_ptr(), t.data_ptr(), _abi.DTYPE_FLOAT32, [2], _abi.REDUCE_OP_ADASUM, 1.0, 1.0,
+                                 0, 'p2.abi')
     # Nothing was left half-enqueued: the job carries on.
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name='p2.after').item() == N
 
