@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -74,4 +79,111 @@ func processesRunning(t *testing.T, marker string) []string {
 		}
 	}
 	return pids
+}
+
+// procUsage reads a process's resident memory (KiB), threads and open
+// file descriptors.
+func procUsage(pid int) (rssKB, threads, fds int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
+		case "VmRSS:":
+			rssKB, _ = strconv.Atoi(f[1])
+		case "Threads:":
+			threads, _ = strconv.Atoi(f[1])
+		}
+	}
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	return rssKB, threads, len(ents), err
+}
+
+type soakUsage struct {
+	RSSKB   int `json:"rss_kb"`
+	Threads int `json:"threads"`
+	FDs     int `json:"fds"`
+	It      int `json:"it"`
+}
+
+// Soak, in bounded time: mixed collectives, dynamic set churn and
+// broadcast_object at np 3 on shared memory and on TCP, every result
+// checked by the ranks; memory, threads and descriptors of every rank and
+// of hvdrun must stay flat between the end of the warm-up (a quarter of
+// the run) and the end.
+func TestSoak(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak: not in -short")
+	}
+	pkg := pythonPackage(t)
+	const np, seconds = 3, 24
+	for _, backend := range []string{"shm", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin("hvdrun"), "-np", strconv.Itoa(np), python, "testdata/soak.py", strconv.Itoa(seconds))
+			cmd.Env = append(os.Environ(), pyEnv(pkg, "HVD_BACKEND="+backend)...)
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stdout, cmd.Stderr = pw, pw
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			pw.Close()
+			var out strings.Builder
+			var warm, end [3]int
+			var ranks []string
+			sc := bufio.NewScanner(pr)
+			warmSeen, endSeen := 0, 0
+			for sc.Scan() {
+				line := sc.Text()
+				out.WriteString(line + "\n")
+				switch {
+				case strings.Contains(line, "SOAK-WARM"):
+					if warmSeen++; warmSeen == np {
+						warm[0], warm[1], warm[2], err = procUsage(cmd.Process.Pid)
+					}
+				case strings.Contains(line, "<stdout>:SOAK {"):
+					ranks = append(ranks, line[strings.Index(line, "{"):])
+					if endSeen++; endSeen == np {
+						end[0], end[1], end[2], err = procUsage(cmd.Process.Pid)
+					}
+				}
+			}
+			if werr := cmd.Wait(); werr != nil || err != nil {
+				t.Fatalf("hvdrun: %v %v\n%s", werr, err, tail(out.String(), 60))
+			}
+			if len(ranks) != np || warm[0] == 0 || end[0] == 0 {
+				t.Fatalf("%d rank reports, hvdrun warm %v end %v:\n%s", len(ranks), warm, end, tail(out.String(), 60))
+			}
+			t.Logf("hvdrun: rss %d → %d KiB, threads %d → %d, fds %d → %d", warm[0], end[0], warm[1], end[1], warm[2], end[2])
+			if end[0]-warm[0] > 3<<10 || end[1] > warm[1]+2 || end[2] > warm[2]+2 { // the store's HTTP connections come and go
+				t.Errorf("hvdrun grew: rss %d → %d KiB, threads %d → %d, fds %d → %d", warm[0], end[0], warm[1], end[1], warm[2], end[2])
+			}
+			for _, js := range ranks {
+				var rep struct {
+					Rank      int
+					Warm, End soakUsage
+				}
+				if err := json.Unmarshal([]byte(js), &rep); err != nil {
+					t.Fatalf("%v: %s", err, js)
+				}
+				t.Logf("rank %d: %d iterations; rss %d → %d KiB, threads %d → %d, fds %d → %d", rep.Rank, rep.End.It,
+					rep.Warm.RSSKB, rep.End.RSSKB, rep.Warm.Threads, rep.End.Threads, rep.Warm.FDs, rep.End.FDs)
+				if rep.End.It < 3*rep.Warm.It/2 {
+					t.Errorf("rank %d: only %d iterations after a %d-iteration warm-up", rep.Rank, rep.End.It, rep.Warm.It)
+				}
+				if rep.End.RSSKB-rep.Warm.RSSKB > 8<<10 || rep.End.Threads > rep.Warm.Threads+2 || rep.End.FDs != rep.Warm.FDs {
+					t.Errorf("rank %d grew: %+v → %+v", rep.Rank, rep.Warm, rep.End)
+				}
+			}
+		})
+	}
 }

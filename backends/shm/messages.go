@@ -165,11 +165,16 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 			}
 		}
 		// A peer that closed or died cannot start an op any more: report
-		// it, as a TCP peer's EOF would be.
+		// it to this rank's engine, as a TCP peer's EOF would be, without
+		// aborting the communicator: members still finishing an op that
+		// no longer needs that peer (it published its part, then shut
+		// down) must be let finish; a member that does need it finds out
+		// by itself.
 		for r := 0; r < c.size; r++ {
 			if r != c.rank {
-				if err := c.checkPeer("idle", r); err != nil {
-					return false, err
+				if g := c.peerGone("idle", r); g != nil {
+					c.broken.Store(g.PeerError)
+					return false, g.PeerError
 				}
 			}
 		}

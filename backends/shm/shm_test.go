@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -337,5 +338,42 @@ func TestStallNoticesThenTimeout(t *testing.T) {
 		if !strings.Contains(n, "peer=1") {
 			t.Fatalf("notice does not name rank 1: %q", notes)
 		}
+	}
+}
+
+// A member that finished its part of the last op and shut down cleanly
+// must not make a slower member's op fail: the idle member that notices
+// the close reports it to its own engine only (before the fix it aborted
+// the communicator, and the slower member's broadcast failed).
+func TestCleanCloseDoesNotAbortOthersLastOp(t *testing.T) {
+	cs := newComms(t, 3, nil)
+	root := []byte{7, 1, 2, 3, 4, 5, 6, 7}
+	for _, r := range []int{0, 2} { // the root and a fast member finish
+		b := slices.Clone(root)
+		if r != 0 {
+			b = make([]byte, len(root))
+		}
+		if err := cs[r].Broadcast(b, 0); err != nil || !slices.Equal(b, root) {
+			t.Fatalf("rank %d: %v %v", r, b, err)
+		}
+	}
+	idleErr := make(chan error, 1)
+	go func() {
+		_, err := cs[2].Idle(-1) // rank 2 has nothing left to do
+		idleErr <- err
+	}()
+	cs[0].Close()
+	select {
+	case err := <-idleErr:
+		var pe *backends.PeerError
+		if !errors.As(err, &pe) || pe.Peer != 0 {
+			t.Fatalf("idle rank: %v, want an error naming rank 0", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle rank did not notice rank 0's close")
+	}
+	got := make([]byte, len(root))
+	if err := cs[1].Broadcast(got, 0); err != nil || !slices.Equal(got, root) {
+		t.Fatalf("the slower rank's broadcast after the root closed: %v %v", got, err)
 	}
 }

@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -119,20 +120,43 @@ func (c *Comm) await(op string, blocker func() int) error {
 	}
 }
 
-// checkPeer fails when rank r's process exited or r closed the communicator.
+// checkPeer fails, for every member (the abort word), when rank r's
+// process exited or r closed the communicator while this rank waits for it.
 func (c *Comm) checkPeer(op string, r int) error {
-	if c.seg.u32(c.ctl(r)+ctlState).Load() == stateClosed {
-		return c.fail(op, r, reasonClosed, "closed the communicator (shut down)")
-	}
-	if fd := c.pidfds[r]; fd >= 0 {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		if n, _ := unix.Poll(pfd, 0); n > 0 {
-			return c.fail(op, r, reasonDied, "process exited")
-		}
-	} else if err := unix.Kill(c.pids[r], 0); err == unix.ESRCH {
-		return c.fail(op, r, reasonDied, "process exited")
+	if g := c.peerGone(op, r); g != nil {
+		return c.fail(op, r, g.reason, g.why)
 	}
 	return nil
+}
+
+type goneError struct {
+	*backends.PeerError
+	reason int
+	why    string
+}
+
+// peerGone reports, for this rank only, whether rank r's process exited or
+// r closed the communicator.
+func (c *Comm) peerGone(op string, r int) *goneError {
+	reason, why := 0, ""
+	if c.seg.u32(c.ctl(r)+ctlState).Load() == stateClosed {
+		reason, why = reasonClosed, "closed the communicator (shut down)"
+	} else if fd := c.pidfds[r]; fd >= 0 {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(pfd, 0); n > 0 {
+			reason, why = reasonDied, "process exited"
+		}
+	} else if err := unix.Kill(c.pids[r], 0); err == unix.ESRCH {
+		reason, why = reasonDied, "process exited"
+	}
+	if why == "" {
+		return nil
+	}
+	pe := &backends.PeerError{Peer: r, Global: -1, Op: op, Err: errors.New(why)}
+	if c.globalRanks != nil {
+		pe.Global = c.globalRanks[r]
+	}
+	return &goneError{PeerError: pe, reason: reason, why: why}
 }
 
 // fail records a failure caused by rank culprit, publishes it in the
