@@ -120,8 +120,20 @@ func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (backends
 		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
 		ListenHost: w.listen, ConnectTimeout: w.id.Timeout,
 		OpTimeout: w.opTimeout(name), Stall: w.stallNotices(name, ranks),
-		Spin: w.spin, LocalSize: w.topo.LocalSize,
+		Spin: w.spin, LocalSize: w.topo.LocalSize, SendBuffer: tcpSendBuffer(w.knobs.tcpSndBuf),
 	})
+}
+
+// tcpSendBuffer maps HVD_TCP_SNDBUF (-1 unset, 0 autotuning, n bytes) to
+// tcp.Config.SendBuffer (0 choose, < 0 autotuning, n bytes).
+func tcpSendBuffer(knob int) int {
+	switch {
+	case knob < 0:
+		return 0
+	case knob == 0:
+		return -1
+	}
+	return knob
 }
 
 // Delete lets the backends remove the keys they published once no peer needs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -173,5 +174,28 @@ func TestCycleTimeBatchesRounds(t *testing.T) {
 	fast, slow := rounds("0"), rounds("100")
 	if slow > 4 || fast < 10 {
 		t.Fatalf("rounds for 20 ops 2 ms apart: %d without a cycle time, %d with 100 ms (want ≥ 10 and ≤ 4)", fast, slow)
+	}
+}
+
+// Rank 0's torch-style store listens only where workers dial when that is
+// knowable: loopback for a loopback MASTER_ADDR, a local address as is.
+func TestStoreBindHost(t *testing.T) {
+	for addr, want := range map[string]string{
+		"127.0.0.1:29500": "127.0.0.1", "localhost:29500": "127.0.0.1", "[::1]:29500": "::1",
+		"192.0.2.77:29500": "0.0.0.0", // not an address of this host (TEST-NET-1)
+		"bad":              "0.0.0.0",
+	} {
+		if got := storeBindHost(addr); got != want {
+			t.Errorf("storeBindHost(%q) = %q, want %q", addr, got, want)
+		}
+	}
+	if ifs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range ifs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+				if got := storeBindHost(net.JoinHostPort(ipn.IP.String(), "1")); got != ipn.IP.String() {
+					t.Errorf("local address %s: bound to %s", ipn.IP, got)
+				}
+			}
+		}
 	}
 }

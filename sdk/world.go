@@ -236,7 +236,7 @@ func (w *World) connectStore() error {
 		if err != nil {
 			return fmt.Errorf("%w: store address %q: %v", ErrInvalidArgument, id.StoreAddr, err)
 		}
-		srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: net.JoinHostPort("0.0.0.0", port), Secret: id.Secret})
+		srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: net.JoinHostPort(storeBindHost(id.StoreAddr), port), Secret: id.Secret})
 		if err != nil {
 			return fmt.Errorf("hvd: rank 0 could not serve the rendezvous store on port %s: %w", port, err)
 		}
@@ -584,4 +584,44 @@ func (w *World) StopTimeline() error {
 		return old.Close()
 	}
 	return nil
+}
+
+// storeBindHost is where rank 0 serves the store of a torch-style launch
+// (MASTER_ADDR:MASTER_PORT): only where the workers dial when that can be
+// known — loopback for a loopback or localhost MASTER_ADDR, the address
+// itself when it is one of this host's — else every interface (a
+// Kubernetes service name or a NAT address is not a local interface; see
+// docs/security.md).
+func storeBindHost(storeAddr string) string {
+	host, _, err := net.SplitHostPort(storeAddr)
+	if err != nil {
+		return "0.0.0.0"
+	}
+	ips := []net.IP{net.ParseIP(host)}
+	if ips[0] == nil {
+		ips = nil
+		if addrs, err := net.LookupIP(host); err == nil {
+			ips = addrs
+		}
+	}
+	if len(ips) == 0 {
+		return "0.0.0.0"
+	}
+	if ips[0].IsLoopback() {
+		if ip := net.ParseIP(host); ip != nil {
+			return ip.String() // 127.0.0.1, ::1: exactly what the workers dial
+		}
+		return "127.0.0.1"
+	}
+	local, _ := net.InterfaceAddrs()
+	for _, a := range local {
+		if ipn, ok := a.(*net.IPNet); ok {
+			for _, ip := range ips {
+				if ipn.IP.Equal(ip) && ip.To4() != nil {
+					return ip.String()
+				}
+			}
+		}
+	}
+	return "0.0.0.0"
 }

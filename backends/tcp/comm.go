@@ -57,6 +57,10 @@ type Config struct {
 	Spin time.Duration
 	// LocalSize is the number of ranks on this host (to decide Spin).
 	LocalSize int
+	// SendBuffer is every data connection's SO_SNDBUF: 0 chooses (128 KiB
+	// inside a host, kernel autotuning across hosts), > 0 bytes, < 0 kernel
+	// autotuning everywhere (sdk: HVD_TCP_SNDBUF).
+	SendBuffer int
 	// SmallBytes overrides the small/large algorithm threshold (0 = default).
 	SmallBytes int
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -285,7 +284,7 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 		if cn == nil {
 			continue
 		}
-		pp, err := newPeer(p, cn) // closes cn
+		pp, err := newPeer(p, cn, cfg.SendBuffer) // closes cn
 		if err != nil {
 			for q, cn := range conns {
 				if c.peers[q] != nil {
@@ -449,7 +448,7 @@ type peer struct {
 	p2pSent, p2pRecvd uint64
 }
 
-func newPeer(rank int, conn *net.TCPConn) (*peer, error) {
+func newPeer(rank int, conn *net.TCPConn, sendBuffer int) (*peer, error) {
 	defer conn.Close()
 	conn.SetNoDelay(true)
 	conn.SetKeepAlive(true)
@@ -465,7 +464,7 @@ func newPeer(rank int, conn *net.TCPConn) (*peer, error) {
 		// unacknowledged data.
 		unix.SetsockoptInt(int(f), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, 60000)
 		unix.SetsockoptInt(int(f), unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 3)
-		if sb := sendBufferFor(conn); sb > 0 {
+		if sb := sendBufferFor(conn, sendBuffer); sb > 0 {
 			unix.SetsockoptInt(int(f), unix.SOL_SOCKET, unix.SO_SNDBUF, sb)
 		}
 		fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0)
@@ -491,15 +490,11 @@ func newPeer(rank int, conn *net.TCPConn) (*peer, error) {
 const sameHostSendBuffer = 128 << 10
 
 // sendBufferFor returns the SO_SNDBUF to set on conn, 0 for "leave the
-// kernel's autotuning". HVD_TCP_SNDBUF (bytes) overrides it for every
-// connection; HVD_TCP_SNDBUF=0 keeps autotuning everywhere.
-func sendBufferFor(conn *net.TCPConn) int {
-	if v, ok := os.LookupEnv("HVD_TCP_SNDBUF"); ok && v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return 0
-		}
-		return n
+// kernel's autotuning". Config.SendBuffer (sdk: HVD_TCP_SNDBUF) overrides
+// the choice for every connection: > 0 bytes, < 0 autotuning everywhere.
+func sendBufferFor(conn *net.TCPConn, configured int) int {
+	if configured != 0 {
+		return max(configured, 0)
 	}
 	l, lok := conn.LocalAddr().(*net.TCPAddr)
 	r, rok := conn.RemoteAddr().(*net.TCPAddr)
