@@ -50,16 +50,23 @@ func closeTo(got, want []float64, tol float64) error {
 	return nil
 }
 
-// TestAdasumAllreduce runs Adasum at 2 and 4 ranks on shared memory and on
-// TCP: orthogonal vectors sum, parallel ones average (Horovod's
+// TestAdasumAllreduce runs Adasum at 2 and 4 ranks on shared memory, on
+// TCP and hierarchically (two fake hosts): orthogonal vectors sum, parallel ones average (Horovod's
 // test_adasum_pytorch expectations), random ones match the tree reference,
 // scales apply before and after, async ops fused into one buffer and grouped
 // ops keep per-tensor coefficients, and every rank gets the same result.
 func TestAdasumAllreduce(t *testing.T) {
-	for _, backend := range []string{"shm", "tcp"} {
+	for _, backend := range []string{"shm", "tcp", "hier"} {
 		for _, n := range []int{2, 4} {
 			t.Run(fmt.Sprintf("%s/np%d", backend, n), func(t *testing.T) {
-				ws := mustWorlds(t, n, worldOpts{env: map[string]string{"HVD_BACKEND": backend}})
+				o := worldOpts{env: map[string]string{"HVD_BACKEND": backend}}
+				if backend == "hier" { // fake hosts a a b b: the global set is hierarchical
+					o = worldOpts{hostKey: func(r int) string { return string(rune('a' + r*2/n)) }}
+				}
+				ws := mustWorlds(t, n, o)
+				if k := commKind(ws[0].GlobalProcessSet()); k != backend {
+					t.Fatalf("the global set runs on %s, want %s", k, backend)
+				}
 				rng := rand.New(rand.NewSource(7))
 				const N = 37
 				random := make([][]float64, n)
