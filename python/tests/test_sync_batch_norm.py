@@ -132,3 +132,30 @@ def test_convert_sync_batchnorm_and_errors():
         hvd.SyncBatchNorm(4)(torch.ones(4))
     with pytest.raises(ValueError, match='channels'):
         hvd.SyncBatchNorm(4)(torch.ones(2, 3))
+
+
+def test_horovod_sync_batch_norm():
+    """Horovod's test_torch.py::test_horovod_sync_batch_norm, on CPU: one
+    sample per rank against BatchNorm1d on every rank's sample, float32, its
+    tolerances (sums of absolute differences below 1e-6)."""
+    ts_list = [
+        torch.stack([torch.tensor([[r, r + 1], [r * 2, r * 2 + 1], [r * 3, r * 3 + 1], [r * 4, r * 4 + 1]])
+                     for r in range(N)]),
+        torch.stack([torch.tensor([[r + 1], [r * 2 + 1], [r * 3 + 1], [r * 4 + 1]]) for r in range(N)]),
+    ]
+    for i, ts in enumerate(ts_list):
+        sync_bn = hvd.SyncBatchNorm(num_features=4)
+        bn = torch.nn.BatchNorm1d(num_features=4)
+        ts = ts.float()
+        ts1 = ts.clone().requires_grad_()
+        ts2 = ts.clone().requires_grad_()
+        sync_bn_out = sync_bn(ts1[R].unsqueeze(0))
+        bn_out = bn(ts2)
+        assert (sync_bn_out - bn_out[R].unsqueeze(0)).abs().sum() < 1e-6
+        assert (sync_bn.running_mean - bn.running_mean).abs().sum() < 1e-6
+        assert (sync_bn.running_var - bn.running_var).abs().sum() < 1e-6
+        sync_bn_out.sum().backward()
+        bn_out.mean(dim=0).sum().backward()
+        assert (hvd.allreduce(sync_bn.weight.grad, name='sync_bn.weight.grad.%d' % i) - bn.weight.grad).abs().sum() < 1e-6
+        assert (hvd.allreduce(sync_bn.bias.grad, name='sync_bn.bias.grad.%d' % i) - bn.bias.grad).abs().sum() < 1e-6
+        assert (hvd.allreduce(ts1.grad, name='ts1.grad.%d' % i) - ts2.grad).abs().sum() < 1e-6
