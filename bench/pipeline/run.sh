@@ -36,13 +36,17 @@ py=${PYTHON:-/usr/bin/python3}
   echo "date: $(date -Is)"; uname -a; lscpu | grep -E 'Model name|^CPU\(s\)|Hypervisor' || true
   go version; nproc; "$py" -c 'import torch; print("torch", torch.__version__, "threads used: 1 per rank")'
 } > "$out/machine.txt"
-"$root/bin/hvdgen" generate -f "$root/bench/pipeline/hvd.yaml" --plugin-dir "$root/bin" --out "$out/job" > "$out/generate.txt"
+# The job is generated afresh for every run (never checked in: it would
+# drift from the generator); generate.txt keeps hvdgen's summary.
+job="$root/build/bench-pipeline-job"
+rm -rf "$job"
+"$root/bin/hvdgen" generate -f "$root/bench/pipeline/hvd.yaml" --plugin-dir "$root/bin" --out "$job" > "$out/generate.txt"
 export PYTHONPATH="$root/build/python${PYTHONPATH:+:$PYTHONPATH}"
 for p in $(seq 1 "$passes"); do
   for sched in gpipe 1f1b; do
     for m in 1 4 8; do
       echo "== pass $p: $sched M=$m"
-      "$root/bin/hvdrun" -np 2 "$py" "$out/job/train.py" --steps "$steps" --batch-size "$batch" \
+      "$root/bin/hvdrun" -np 2 "$py" "$job/train.py" --steps "$steps" --batch-size "$batch" \
         --micro-batches "$m" --schedule "$sched" --profile "$out/profile_${sched}_m${m}_p$p.json" | grep -E 'steps in' || true
     done
   done
