@@ -69,7 +69,7 @@ func (o ReduceOp) backendOp() (backends.ReduceOp, error) {
 	case Product:
 		return backends.Product, nil
 	case Adasum:
-		return 0, fmt.Errorf("%w: Adasum is not implemented yet", backends.ErrUnsupported)
+		return 0, fmt.Errorf("%w: Adasum is not an elementwise reduction (the engine runs it as its own algorithm)", backends.ErrUnsupported)
 	}
 	return 0, fmt.Errorf("%w: unknown reduce op %d", ErrInvalidArgument, int(o))
 }
