@@ -63,6 +63,12 @@ type Config struct {
 	SendBuffer int
 	// SmallBytes overrides the small/large algorithm threshold (0 = default).
 	SmallBytes int
+	// Encrypt chooses the connections whose data is encrypted and
+	// authenticated (AES-256-GCM records, keys from Secret and the
+	// handshake's nonces; see crypt.go): EncryptOff ("" too),
+	// EncryptCrossHost or EncryptAll. Anything but off needs a Secret.
+	// Either end of a connection asking for it is enough (sdk: HVD_ENCRYPT).
+	Encrypt Encryption
 }
 
 // DefaultSpin returns the busy-poll budget for localSize ranks on this host.
@@ -119,6 +125,12 @@ var (
 func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if cfg.Store == nil || cfg.Size < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Size {
 		return nil, fmt.Errorf("%w: tcp.Config needs a store and 0 <= rank(%d) < size(%d)", backends.ErrInvalidArgument, cfg.Rank, cfg.Size)
+	}
+	if err := cfg.Encrypt.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Encrypt.enabled() && len(cfg.Secret) == 0 {
+		return nil, fmt.Errorf("%w: tcp: encryption (HVD_ENCRYPT=%s) needs the job's secret key to derive keys from, and this rank has none (HVD_SECRET_KEY: hvdrun sets it; other launchers must export the same random key to every rank)", backends.ErrInvalidArgument, cfg.Encrypt)
 	}
 	if cfg.ConnectTimeout <= 0 {
 		cfg.ConnectTimeout = 30 * time.Second
@@ -250,9 +262,16 @@ func (c *Comm) Close() error {
 		var b [hdrLen]byte
 		header{kind: kindBye}.encode(&b)
 		for _, p := range c.peers {
-			if p != nil {
-				unix.SendmsgN(p.fd, b[:], nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+			if p == nil {
+				continue
 			}
+			msg := b[:]
+			if p.sec != nil {
+				if msg = p.sec.byeRecord(msg); msg == nil {
+					continue
+				}
+			}
+			unix.SendmsgN(p.fd, msg, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		}
 	}
 	for _, p := range c.peers {

@@ -29,10 +29,16 @@ import (
 // stranger cannot join and a connection from another communicator or job is
 // refused):
 //
-//	dialer  → "HVDTCP02" | len(prefix) u16 | prefix | from u32 | to u32 | nonceD[16]
-//	acceptor→ nonceA[16] | HMAC(secret, "A" | prefix | from | to | nonceD)
-//	dialer  → HMAC(secret, "D" | prefix | from | to | nonceA)
+//	dialer  → "HVDTCP03" | len(prefix) u16 | prefix | from u32 | to u32 | nonceD[16] | fD u8
+//	acceptor→ nonceA[16] | fA u8 | HMAC(secret, "A" | prefix | from | to | nonceD | fD | fA)
+//	dialer  → HMAC(secret, "D" | prefix | from | to | nonceA | fD | fA)
 //	acceptor→ 'K' (accepted) or 'N' (wrong signature)
+//
+// fD says whether the dialer wants this connection encrypted (bit 0, see
+// crypt.go), fA is the outcome: encrypted when either end wants it. Both
+// are under both signatures, so nobody without the secret can turn
+// encryption off; when it is on, the keys come from the secret and both
+// nonces (deriveKeys) and the data after 'K' travels in records.
 //
 // A refused handshake is closed; the acceptor keeps waiting for the genuine
 // peer until the connect timeout. Anyone who can reach the listener can open
@@ -43,7 +49,7 @@ import (
 // maxStrangerHandshakes unfinished handshakes: a further connection evicts
 // the oldest. A dialer whose handshake was cut short (no final 'K') retries
 // until the connect timeout; only a wrong signature fails it at once.
-const handshakeMagic = "HVDTCP02"
+const handshakeMagic = "HVDTCP03"
 
 const (
 	// handshakeTimeout bounds one incoming handshake (a real peer needs one
@@ -65,7 +71,7 @@ const (
 // retrying cannot help.
 var errAuth = errors.New("peer failed authentication (wrong secret key)")
 
-func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte) []byte {
+func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte, fD, fA byte) []byte {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte{role})
 	m.Write([]byte(prefix))
@@ -74,8 +80,12 @@ func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte)
 	binary.LittleEndian.PutUint32(b[4:], to)
 	m.Write(b[:])
 	m.Write(nonce)
+	m.Write([]byte{fD, fA})
 	return m.Sum(nil)
 }
+
+// flagEncrypt is bit 0 of fD and fA in the handshake.
+const flagEncrypt = 1
 
 func addrKey(prefix string, rank int) string { return prefix + "/addr/" + strconv.Itoa(rank) }
 
@@ -86,6 +96,7 @@ const storeCleanupTimeout = 2 * time.Second
 type result struct {
 	peer int
 	conn *net.TCPConn
+	sec  *secure // nil: in clear
 	err  error
 }
 
@@ -126,6 +137,7 @@ func (c *Comm) acceptPeers(ctx context.Context, ln *net.TCPListener, cfg *Config
 	type outcome struct {
 		conn *net.TCPConn
 		peer int
+		sec  *secure
 		err  error
 	}
 	outcomes := make(chan outcome)
@@ -156,8 +168,8 @@ func (c *Comm) acceptPeers(ctx context.Context, ln *net.TCPListener, cfg *Config
 			pending = append(pending, conn)
 			inflight++
 			go func() {
-				peer, err := c.acceptHandshake(ctx, conn, cfg)
-				outcomes <- outcome{conn, peer, err}
+				peer, sec, err := c.acceptHandshake(ctx, conn, cfg)
+				outcomes <- outcome{conn, peer, sec, err}
 			}()
 		case o := <-outcomes:
 			inflight--
@@ -169,7 +181,7 @@ func (c *Comm) acceptPeers(ctx context.Context, ln *net.TCPListener, cfg *Config
 				continue
 			}
 			got[o.peer] = true
-			results <- result{peer: o.peer, conn: o.conn}
+			results <- result{peer: o.peer, conn: o.conn, sec: o.sec}
 		case err := <-acceptErr:
 			// A deadline is reported by establish, which names the ranks
 			// that did not connect.
@@ -218,11 +230,12 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 	// Dial lower ranks.
 	for peer := 0; peer < c.rank; peer++ {
 		go func(peer int) {
-			conn, err := c.dialPeer(ctx, cfg, peer)
-			results <- result{peer: peer, conn: conn, err: err}
+			conn, sec, err := c.dialPeer(ctx, cfg, peer)
+			results <- result{peer: peer, conn: conn, sec: sec, err: err}
 		}(peer)
 	}
 	conns := make([]*net.TCPConn, c.size)
+	secs := make([]*secure, c.size)
 	var firstErr error
 	for i := 0; i < c.size-1; i++ {
 		select {
@@ -233,7 +246,7 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 				}
 				continue
 			}
-			conns[r.peer] = r.conn
+			conns[r.peer], secs[r.peer] = r.conn, r.sec
 		case <-ctx.Done():
 			if firstErr == nil {
 				missing := []string{}
@@ -296,88 +309,113 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 			c.peers = nil
 			return err
 		}
+		pp.sec = secs[p]
 		c.peers[p] = pp
 	}
 	return nil
 }
 
-func (c *Comm) dialPeer(ctx context.Context, cfg *Config, peer int) (*net.TCPConn, error) {
+func (c *Comm) dialPeer(ctx context.Context, cfg *Config, peer int) (*net.TCPConn, *secure, error) {
 	addr, err := cfg.Store.Get(ctx, addrKey(cfg.Prefix, peer))
 	if err != nil {
-		return nil, fmt.Errorf("hvd: tcp: rank %d: address of rank %d not published: %w", c.rank, peer, err)
+		return nil, nil, fmt.Errorf("hvd: tcp: rank %d: address of rank %d not published: %w", c.rank, peer, err)
 	}
 	var d net.Dialer
 	for {
 		conn, err := d.DialContext(ctx, "tcp", string(addr))
 		if err == nil {
 			tc := conn.(*net.TCPConn)
-			if err = c.dialHandshake(ctx, tc, cfg, peer); err == nil {
-				return tc, nil
+			var sec *secure
+			if sec, err = c.dialHandshake(ctx, tc, cfg, peer); err == nil {
+				return tc, sec, nil
 			}
 			tc.Close()
 			if errors.Is(err, errAuth) || ctx.Err() != nil {
-				return nil, fmt.Errorf("hvd: tcp: rank %d: handshake with rank %d at %s: %w", c.rank, peer, addr, err)
+				return nil, nil, fmt.Errorf("hvd: tcp: rank %d: handshake with rank %d at %s: %w", c.rank, peer, addr, err)
 			}
 			// Cut short (the acceptor evicted us while busy with strangers):
 			// try again.
 		} else if ctx.Err() != nil {
-			return nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w", c.rank, peer, addr, err)
+			return nil, nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w", c.rank, peer, addr, err)
 		}
 		t := time.NewTimer(redialDelay) // listener not up yet (ECONNREFUSED), or a retry
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w (last attempt: %v)", c.rank, peer, addr, ctx.Err(), err)
+			return nil, nil, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d at %s: %w (last attempt: %v)", c.rank, peer, addr, ctx.Err(), err)
 		}
 	}
 }
 
-func (c *Comm) dialHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config, peer int) error {
+// dialHandshake authenticates conn towards peer and returns the record
+// layer when the connection is to be encrypted (nil: clear).
+func (c *Comm) dialHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config, peer int) (*secure, error) {
 	if d, ok := ctx.Deadline(); ok {
 		conn.SetDeadline(d)
 	}
 	defer conn.SetDeadline(time.Time{})
 	nonceD := make([]byte, 16)
 	rand.Read(nonceD)
+	var fD byte
+	if wantEncrypt(cfg.Encrypt, conn) {
+		fD = flagEncrypt
+	}
+	from, to := uint32(c.rank), uint32(peer)
 	msg := []byte(handshakeMagic)
 	msg = binary.LittleEndian.AppendUint16(msg, uint16(len(cfg.Prefix)))
 	msg = append(msg, cfg.Prefix...)
-	msg = binary.LittleEndian.AppendUint32(msg, uint32(c.rank))
-	msg = binary.LittleEndian.AppendUint32(msg, uint32(peer))
+	msg = binary.LittleEndian.AppendUint32(msg, from)
+	msg = binary.LittleEndian.AppendUint32(msg, to)
 	msg = append(msg, nonceD...)
+	msg = append(msg, fD)
 	if _, err := conn.Write(msg); err != nil {
-		return err
+		return nil, err
 	}
-	reply := make([]byte, 16+sha256.Size)
+	reply := make([]byte, 16+1+sha256.Size)
 	if _, err := io.ReadFull(conn, reply); err != nil {
-		return fmt.Errorf("peer refused the handshake (wrong secret key, job or process set?): %w", err)
+		return nil, fmt.Errorf("peer refused the handshake (wrong secret key, job or process set?): %w", err)
 	}
-	if !hmac.Equal(reply[16:], mac(cfg.Secret, 'A', cfg.Prefix, uint32(c.rank), uint32(peer), nonceD)) {
-		return errAuth
+	nonceA, fA := reply[:16], reply[16]
+	if !hmac.Equal(reply[17:], mac(cfg.Secret, 'A', cfg.Prefix, from, to, nonceD, fD, fA)) {
+		return nil, errAuth
 	}
-	if _, err := conn.Write(mac(cfg.Secret, 'D', cfg.Prefix, uint32(c.rank), uint32(peer), reply[:16])); err != nil {
-		return err
+	if fA&^flagEncrypt != 0 || fA&fD != fD {
+		return nil, fmt.Errorf("peer answered the handshake with flags %#x to %#x", fA, fD)
+	}
+	if _, err := conn.Write(mac(cfg.Secret, 'D', cfg.Prefix, from, to, nonceA, fD, fA)); err != nil {
+		return nil, err
 	}
 	var ack [1]byte
 	if _, err := io.ReadFull(conn, ack[:]); err != nil {
-		return fmt.Errorf("peer did not confirm the handshake (wrong secret key?): %w", err)
+		return nil, fmt.Errorf("peer did not confirm the handshake (wrong secret key?): %w", err)
 	}
 	if ack[0] == handshakeNack {
-		return errAuth
+		return nil, errAuth
 	}
 	if ack[0] != handshakeAck {
-		return fmt.Errorf("peer confirmed the handshake with %#x, want %#x", ack[0], handshakeAck)
+		return nil, fmt.Errorf("peer confirmed the handshake with %#x, want %#x", ack[0], handshakeAck)
 	}
-	return nil
+	if fA&flagEncrypt == 0 {
+		return nil, nil
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("peer asks for encryption but this rank has no secret key to derive keys from")
+	}
+	d2a, a2d, err := deriveKeys(cfg.Secret, cfg.Prefix, from, to, nonceD, nonceA)
+	if err != nil {
+		return nil, err
+	}
+	return newSecure(d2a, a2d)
 }
 
 var errNotHvd = errors.New("not an hvd connection")
 
 // acceptHandshake authenticates an incoming connection and returns the
-// dialer's rank. It gives up after handshakeTimeout (or at ctx's deadline if
+// dialer's rank, and the record layer when the connection is to be
+// encrypted. It gives up after handshakeTimeout (or at ctx's deadline if
 // sooner), and at the first byte that is not the magic.
-func (c *Comm) acceptHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config) (int, error) {
+func (c *Comm) acceptHandshake(ctx context.Context, conn *net.TCPConn, cfg *Config) (int, *secure, error) {
 	dl := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		dl = d
@@ -389,46 +427,67 @@ func (c *Comm) acceptHandshake(ctx context.Context, conn *net.TCPConn, cfg *Conf
 		k, err := conn.Read(head[n:])
 		n += k
 		if m := min(n, len(handshakeMagic)); string(head[:m]) != handshakeMagic[:m] {
-			return -1, errNotHvd // a stranger is dropped at its first wrong byte
+			return -1, nil, errNotHvd // a stranger is dropped at its first wrong byte
 		}
 		if err != nil {
-			return -1, err
+			return -1, nil, err
 		}
 	}
 	plen := int(binary.LittleEndian.Uint16(head[len(handshakeMagic):]))
 	if plen != len(cfg.Prefix) {
-		return -1, errors.New("connection for another communicator")
+		return -1, nil, errors.New("connection for another communicator")
 	}
-	rest := make([]byte, plen+8+16)
+	rest := make([]byte, plen+8+16+1)
 	if _, err := io.ReadFull(conn, rest); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	if string(rest[:plen]) != cfg.Prefix {
-		return -1, errors.New("connection for another communicator")
+		return -1, nil, errors.New("connection for another communicator")
 	}
 	from := binary.LittleEndian.Uint32(rest[plen:])
 	to := binary.LittleEndian.Uint32(rest[plen+4:])
 	if to != uint32(c.rank) || int(from) >= c.size {
-		return -1, errors.New("connection for another rank")
+		return -1, nil, errors.New("connection for another rank")
+	}
+	nonceD, fD := rest[plen+8:plen+24], rest[plen+24]
+	if fD&^flagEncrypt != 0 {
+		return -1, nil, errors.New("unknown handshake flags")
+	}
+	fA := fD
+	if wantEncrypt(cfg.Encrypt, conn) {
+		fA |= flagEncrypt
 	}
 	nonceA := make([]byte, 16)
 	rand.Read(nonceA)
-	reply := append(nonceA, mac(cfg.Secret, 'A', cfg.Prefix, from, to, rest[plen+8:])...)
+	reply := append(append(nonceA[:16:16], fA), mac(cfg.Secret, 'A', cfg.Prefix, from, to, nonceD, fD, fA)...)
 	if _, err := conn.Write(reply); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
 	got := make([]byte, sha256.Size)
 	if _, err := io.ReadFull(conn, got); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
-	if !hmac.Equal(got, mac(cfg.Secret, 'D', cfg.Prefix, from, to, nonceA)) {
+	if !hmac.Equal(got, mac(cfg.Secret, 'D', cfg.Prefix, from, to, nonceA, fD, fA)) {
 		conn.Write([]byte{handshakeNack}) // the dialer fails at once instead of retrying
-		return -1, errors.New("authentication failed")
+		return -1, nil, errors.New("authentication failed")
+	}
+	var sec *secure
+	if fA&flagEncrypt != 0 {
+		if len(cfg.Secret) == 0 {
+			return -1, nil, errors.New("dialer asks for encryption but this rank has no secret key")
+		}
+		d2a, a2d, err := deriveKeys(cfg.Secret, cfg.Prefix, from, to, nonceD, nonceA)
+		if err == nil {
+			sec, err = newSecure(a2d, d2a)
+		}
+		if err != nil {
+			return -1, nil, err
+		}
 	}
 	if _, err := conn.Write([]byte{handshakeAck}); err != nil {
-		return -1, err
+		return -1, nil, err
 	}
-	return int(from), nil
+	return int(from), sec, nil
 }
 
 // peer is one established connection, driven with non-blocking syscalls on
@@ -444,6 +503,7 @@ type peer struct {
 	rank int
 	fd   int
 	addr string
+	sec  *secure // the record layer of an encrypted connection (crypt.go), else nil
 	// per-pair point-to-point counters
 	p2pSent, p2pRecvd uint64
 }

@@ -89,6 +89,9 @@ func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
 	if c.isBroken() {
 		return true, nil // let the next operation report it
 	}
+	if c.buffered() {
+		return true, nil // already received (encrypted connections read ahead)
+	}
 	pfds := make([]unix.PollFd, 0, c.size+1)
 	pfds = append(pfds, unix.PollFd{Fd: int32(c.wakeFd), Events: unix.POLLIN}, unix.PollFd{Fd: int32(c.kickFd), Events: unix.POLLIN})
 	for _, p := range c.peers {
@@ -121,6 +124,9 @@ func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
 		if p.Revents != 0 {
 			return true, nil
 		}
+	}
+	if c.buffered() {
+		return true, nil
 	}
 	return false, nil
 }

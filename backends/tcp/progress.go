@@ -163,7 +163,7 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 			}
 			ev := int16(unix.POLLIN)
 			if x.send {
-				if x.hoff == hdrLen && x.feed != nil && x.feed.finished() <= x.doff {
+				if x.hoff == hdrLen && x.feed != nil && x.feed.finished() <= x.doff && (x.p.sec == nil || x.p.sec.flushed()) {
 					continue // waiting for local data, not for the socket
 				}
 				ev = unix.POLLOUT
@@ -216,6 +216,9 @@ func (c *Comm) stepSend(x *xfer) (int, error) {
 	if x.doff < avail {
 		iov = append(iov, x.data[x.doff:avail])
 	}
+	if x.p.sec != nil {
+		return c.stepSendSecure(x, iov)
+	}
 	if len(iov) == 0 {
 		return 0, nil
 	}
@@ -261,7 +264,13 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 		x.done = true
 		return 0, nil
 	}
-	n, err := readv(x.p.fd, iov)
+	var n int
+	var err error
+	if x.p.sec != nil {
+		n, err = x.p.sec.recv(x.p.fd, iov)
+	} else {
+		n, err = readv(x.p.fd, iov)
+	}
 	if err != nil {
 		if err == unix.EAGAIN {
 			return 0, nil
@@ -301,6 +310,28 @@ func (c *Comm) stepRecv(x *xfer) (int, error) {
 		x.red.advance(x.doff)
 	}
 	if x.hoff == hdrLen && x.doff == int(x.h.len) {
+		x.done = true
+	}
+	return moved, nil
+}
+
+// stepSendSecure is stepSend on an encrypted connection: the record layer
+// takes plaintext (sealed at once) and the transfer is done only when its
+// last record is in the kernel, as a clear send is done when its last byte
+// is.
+func (c *Comm) stepSendSecure(x *xfer, iov [][]byte) (int, error) {
+	took, wrote, err := x.p.sec.send(x.p.fd, iov)
+	if err != nil {
+		return 0, fmt.Errorf("send failed: %w", err)
+	}
+	moved := took + wrote
+	if x.hoff < hdrLen {
+		k := min(took, hdrLen-x.hoff)
+		x.hoff += k
+		took -= k
+	}
+	x.doff += took
+	if x.hoff == hdrLen && x.doff == len(x.data) && x.p.sec.flushed() {
 		x.done = true
 	}
 	return moved, nil
