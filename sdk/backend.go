@@ -121,6 +121,7 @@ func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (backends
 		ListenHost: w.listen, ConnectTimeout: w.id.Timeout,
 		OpTimeout: w.opTimeout(name), Stall: w.stallNotices(name, ranks),
 		Spin: w.spin, LocalSize: w.topo.LocalSize, SendBuffer: tcpSendBuffer(w.knobs.tcpSndBuf),
+		Encrypt: tcp.Encryption(w.knobs.encrypt),
 	})
 }
 

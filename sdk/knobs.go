@@ -41,6 +41,7 @@ type knobs struct {
 	shmChunk    int           // HVD_SHM_CHUNK_BYTES (0 = backend default)
 	shmSlot     int           // HVD_SHM_SLOT_BYTES (0 = backend default)
 	tcpSndBuf   int           // HVD_TCP_SNDBUF; < 0: chosen per connection
+	encrypt     string        // HVD_ENCRYPT: off, cross-host or all ("" = off)
 	unsupported []string      // Horovod knobs that are set but mean nothing here
 }
 
@@ -133,6 +134,9 @@ var knobTable = []knobSpec{
 	{name: "HVD_TCP_SNDBUF", kind: kindInt, max: 1 << 30, unit: "bytes",
 		doc: "SO_SNDBUF of every TCP data connection (0: kernel autotuning; default: 128 KiB on one host, autotuning across)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpSndBuf = int(f) }},
+	{name: "HVD_ENCRYPT", kind: kindEnum, choices: []string{"off", "cross-host", "all"},
+		doc: "encrypt and authenticate TCP data connections (AES-256-GCM, keys from HVD_SECRET_KEY, which it needs): off, cross-host (peers on other hosts) or all (hvdrun --encrypt)",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.encrypt = s }},
 }
 
 // ignoredKnobs are Horovod settings hvd accepts and does not act on: when
