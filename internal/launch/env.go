@@ -104,6 +104,9 @@ func JobEnv(o *Options, rdzvAddr string, rdzvPort int) []KV {
 	if o.BindTo == "core" {
 		env = append(env, KV{"HVD_BIND_TO", "core"})
 	}
+	if o.Encrypt != "" {
+		env = append(env, KV{"HVD_ENCRYPT", o.Encrypt})
+	}
 	if o.TimelineFilename != "" {
 		env = append(env, KV{"HOROVOD_TIMELINE", o.TimelineFilename})
 	}

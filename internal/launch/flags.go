@@ -32,6 +32,7 @@ type Options struct {
 	HierAllreduce     *bool         // --(no-)hierarchical-allreduce → HOROVOD_HIERARCHICAL_ALLREDUCE
 	BindTo            string        // --bind-to core|none → HVD_BIND_TO (workers bind themselves)
 	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
+	Encrypt           string        // --encrypt[=cross-host|all|off] → HVD_ENCRYPT ("" = not given)
 	CheckBuild        bool          // -cb, --check-build: print the build table instead of running
 	Command           []string      // the worker command and its arguments (non-empty unless CheckBuild)
 }
@@ -42,8 +43,11 @@ type flagDef struct {
 	names      []string
 	metavar    string
 	takesValue bool
-	help       string
-	set        func(o *Options, name, v string) error
+	// implied, for a switch that may take a value after '=' (--encrypt or
+	// --encrypt=all), is the value when none is given.
+	implied string
+	help    string
+	set     func(o *Options, name, v string) error
 }
 
 // LogLevels are the values --log-level accepts (case-insensitive), as in
@@ -175,6 +179,16 @@ var flagDefs = []flagDef{
 			}
 			return usageErrorf("%s %q: want core or none", n, v)
 		}},
+	{names: []string{"--encrypt"}, metavar: "[=cross-host|all|off]", implied: "cross-host",
+		help: "encrypt and authenticate the TCP data connections between hosts (cross-host, the default) or all of them, loopback included (AES-256-GCM, keys from the job's secret; HVD_ENCRYPT)",
+		set: func(o *Options, n, v string) error {
+			switch v {
+			case "cross-host", "all", "off":
+				o.Encrypt = v
+				return nil
+			}
+			return usageErrorf("%s=%q: want cross-host, all or off", n, v)
+		}},
 	{names: []string{"--gloo"},
 		help: "accepted for horovodrun compatibility (hvdrun always launches in Gloo mode)",
 		set:  func(o *Options, n, v string) error { return nil }},
@@ -238,7 +252,11 @@ func ParseArgs(args []string) (*Options, error) {
 		if def == nil {
 			return nil, usageErrorf("unknown flag %s", name)
 		}
-		if !def.takesValue {
+		if !def.takesValue && def.implied != "" {
+			if !hasVal {
+				val = def.implied
+			}
+		} else if !def.takesValue {
 			if hasVal {
 				return nil, usageErrorf("flag %s takes no value", name)
 			}
@@ -323,6 +341,8 @@ func Usage() string {
 		spell := strings.Join(d.names, ", ")
 		if d.takesValue {
 			spell += " " + d.metavar
+		} else if d.implied != "" {
+			spell += d.metavar
 		}
 		fmt.Fprintf(&b, "  %-40s %s\n", spell, d.help)
 	}
