@@ -1,11 +1,15 @@
-// Package backends defines the data plane of hvd: a Communicator per process
-// set that moves bytes between the members of that set. Backends know bytes,
-// dtypes and peers; they know nothing about tensor names, negotiation or
-// frameworks (that is package sdk).
+// Package backends moves bytes between the members of a process set. Backends
+// know bytes, dtypes and peers; they know nothing about tensor names,
+// negotiation or frameworks (that is package sdk).
 //
-// Concrete backends live in subpackages (backends/tcp, later shm and nccl); the
-// conformance suite in backends/conformance runs every backend through the same
-// table of collectives × dtypes × sizes × rank counts.
+// The package holds the contracts and what every backend shares: the
+// Communicator (one per process set), the engine's two planes (ControlPlane,
+// DataPlane, Pair: planes.go), where memory lives (Device: memory.go), the
+// registry of backends (registry.go), dtypes and the reduction kernels
+// (reduce.go, generated assembly), and the Store used to exchange addresses.
+// Concrete backends live in subpackages: backends/tcp (any set), backends/shm
+// (one host), backends/hier (sets that span hosts: shm inside, tcp between);
+// backends/conformance is the suite every backend runs.
 package backends
 
 import (
@@ -201,26 +205,6 @@ type SendPoster interface {
 // large messages with it cannot deadlock, and no second thread is needed.
 type SendRecver interface {
 	SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int, rtag uint32) error
-}
-
-// Messenger is implemented by backends that move variable-length control
-// messages in one hop (the engine's negotiation). Both are collective.
-type Messenger interface {
-	// GatherMsgs: every member sends msg to root; root returns all of them
-	// indexed by rank, the others nil.
-	GatherMsgs(msg []byte, root int) ([][]byte, error)
-	// BcastMsg returns root's msg on every member.
-	BcastMsg(msg []byte, root int) ([]byte, error)
-}
-
-// Idler lets the communicator's single user goroutine sleep until a peer
-// starts talking, so an idle engine needs no polling cycle.
-type Idler interface {
-	// Idle blocks until a peer sent data (incoming = true), Kick was called,
-	// timeout passed (< 0: none) or the communicator closed (error).
-	Idle(timeout time.Duration) (incoming bool, err error)
-	// Kick wakes Idle; safe from any goroutine.
-	Kick()
 }
 
 // Store is the key-value store used to exchange addresses when a

@@ -15,7 +15,11 @@ import (
 	"github.com/hvdorg/hvd/backends/tcp"
 )
 
-// Data-plane selection (HVD_BACKEND or Config.Backend):
+// Data-plane selection (HVD_BACKEND or Config.Backend) comes from the
+// backend registry (package backends, registry.go): every backend package
+// registers itself with a name, a timeline label, a preference and a way
+// to decide whether it can serve a set; backends.Candidates orders them for
+// a set. With the backends registered today:
 //
 //	auto (default)  a set whose members share a host uses shared memory,
 //	                falling back to TCP (with one log line) when the members
@@ -36,20 +40,31 @@ import (
 // network and IPC namespace); shm itself also checks user and PID
 // namespace and that cross-memory attach is permitted, identically on every
 // member.
-const (
-	backendAuto = "auto"
-	backendSHM  = "shm"
-	backendTCP  = "tcp"
-)
+//
+// Adding a backend: its package registers itself (backends.Register), dial
+// below gets a case that builds its Config from the knobs, and sdk imports
+// the package. A data plane without a control plane of its own
+// (Backend.OwnControl false: MPI, NCCL) is paired with the control plane of
+// the set's host transport (backends.ControlCandidates) by connect.
+const backendAuto = backends.Auto
 
 func parseBackend(s string) (string, error) {
-	switch v := strings.ToLower(strings.TrimSpace(s)); v {
-	case "", backendAuto:
+	v := strings.ToLower(strings.TrimSpace(s))
+	if v == "" {
 		return backendAuto, nil
-	case backendSHM, backendTCP:
+	}
+	if slices.Contains(backends.Choices(), v) {
 		return v, nil
 	}
-	return "", fmt.Errorf("%w: HVD_BACKEND=%q: want auto, shm or tcp", ErrInvalidArgument, s)
+	return "", fmt.Errorf("%w: HVD_BACKEND=%q: want %s", ErrInvalidArgument, s, orList(backends.Choices()))
+}
+
+// orList writes "a, b or c".
+func orList(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " or " + xs[len(xs)-1]
 }
 
 // hostsOf groups ranks (global, ascending) by host, in the order of their
@@ -76,45 +91,131 @@ func (w *World) hostsOf(ranks []int) [][]int {
 	return out
 }
 
+// mesh is one connected communicator of a set: the planes a set's engine
+// runs on and the registered backend that built them (its label names the
+// timeline's activities).
+type mesh struct {
+	backends.Planes
+	backend backends.Backend
+}
+
 // newComm connects this rank's communicator over ranks (global, ascending)
 // for set setID; prefix separates the engine's mesh from the p2p one.
-func (w *World) newComm(ctx context.Context, prefix string, setID int, gen int64, ranks []int) (backends.Communicator, error) {
+func (w *World) newComm(ctx context.Context, prefix string, setID int, gen int64, ranks []int) (mesh, error) {
 	name := prefix + strconv.Itoa(setID) + "-" + setHash(ranks)
 	if gen > 0 {
 		name += "-g" + strconv.FormatInt(gen, 10)
 	}
-	hosts := w.hostsOf(ranks)
-	if len(hosts) > 1 && w.backend != backendTCP && (w.knobs.hierAllreduce || w.knobs.hierAllgather) {
-		return w.hierComm(ctx, name, ranks, hosts)
-	}
-	return w.hostComm(ctx, name, ranks, len(hosts) == 1)
+	return w.connect(ctx, name, ranks, false)
 }
 
-// hostComm is a flat communicator over ranks: shared memory when they all
-// share a host (and the backend allows it), else TCP.
-func (w *World) hostComm(ctx context.Context, name string, ranks []int, oneHost bool) (backends.Communicator, error) {
-	if len(ranks) > 1 && w.backend != backendTCP && oneHost {
-		c, err := w.shmComm(ctx, name, ranks)
-		if err == nil {
-			return c, nil
+// setInfo is what the registry decides a set's backend from.
+func (w *World) setInfo(ranks []int, hosts int, flat bool) backends.SetInfo {
+	return backends.SetInfo{Size: len(ranks), Hosts: hosts, Flat: flat,
+		HierAllreduce: w.knobs.hierAllreduce, HierAllgather: w.knobs.hierAllgather}
+}
+
+// connect builds a communicator over ranks with the first registered
+// backend that serves the set and connects (see backends.Candidates);
+// flat excludes composite backends (hier's own meshes).
+func (w *World) connect(ctx context.Context, name string, ranks []int, flat bool) (mesh, error) {
+	hosts := w.hostsOf(ranks)
+	cands, err := backends.Candidates(w.setInfo(ranks, len(hosts), flat), w.backend)
+	if err != nil {
+		return mesh{}, err
+	}
+	for i, b := range cands {
+		m, err := w.dial(ctx, b, name, ranks, hosts)
+		if err == nil && !b.OwnControl {
+			m, err = w.pairControl(ctx, m, name, ranks, len(hosts))
 		}
-		if w.backend == backendSHM || !errors.Is(err, backends.ErrUnsupported) {
-			return nil, err
+		if err == nil {
+			for _, failed := range cands[:i] {
+				// Every member has read the failed backend's verdict: the
+				// mesh that replaced it is up.
+				w.abandoned(ctx, failed, name)
+			}
+			return m, nil
+		}
+		if w.backend != backendAuto || !errors.Is(err, backends.ErrUnsupported) || i == len(cands)-1 {
+			return mesh{}, err
 		}
 		if w.shmFallbackLogged.CompareAndSwap(false, true) {
-			w.logf("hvd: %v; using TCP on this host instead", err)
+			w.logf("hvd: %v; using %s on this host instead", err, cands[i+1].Label)
 		}
-		tc, err := w.tcpComm(ctx, name, ranks)
-		if err == nil {
-			// Every member has read shm's verdict: the TCP mesh is up.
-			backends.DeleteKeys(ctx, w.store, shm.SegmentKey(name+"/shm"))
-		}
-		return tc, err
 	}
-	return w.tcpComm(ctx, name, ranks)
+	return mesh{}, fmt.Errorf("hvd: no backend for %s", name) // not reached: the last candidate returned
 }
 
-func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (backends.Communicator, error) {
+// pairControl gives a data plane without a control plane of its own the
+// control plane of the set's host transport.
+func (w *World) pairControl(ctx context.Context, m mesh, name string, ranks []int, hosts int) (mesh, error) {
+	for _, b := range backends.ControlCandidates(w.setInfo(ranks, hosts, true)) {
+		cm, err := w.dial(ctx, b, name+"/ctl", ranks, nil)
+		if err != nil {
+			m.Close()
+			return mesh{}, err
+		}
+		p, err := backends.NewPair(m.Data, cm.Control)
+		if err != nil {
+			m.Close()
+			cm.Close()
+			return mesh{}, err
+		}
+		return mesh{Planes: p.Planes(), backend: m.backend}, nil
+	}
+	m.Close()
+	return mesh{}, fmt.Errorf("%w: %s: no registered backend can carry the control plane of a %s data plane", backends.ErrUnsupported, name, m.backend.Name)
+}
+
+// dial connects one registered backend's communicator (the knobs become
+// its Config). hosts may be nil for a flat backend.
+func (w *World) dial(ctx context.Context, b backends.Backend, name string, ranks []int, hosts [][]int) (mesh, error) {
+	var planes backends.Planes
+	switch b.Name {
+	case "tcp":
+		c, err := w.tcpComm(ctx, name, ranks)
+		if err != nil {
+			return mesh{}, err
+		}
+		planes = backends.Planes{Data: c, Control: c}
+	case "shm":
+		c, err := w.shmComm(ctx, name, ranks)
+		if err != nil {
+			return mesh{}, err
+		}
+		planes = backends.Planes{Data: c, Control: c}
+	case "hier":
+		c, err := w.hierComm(ctx, name, ranks, hosts)
+		if err != nil {
+			return mesh{}, err
+		}
+		planes = backends.Planes{Data: c, Control: c}
+	default:
+		return mesh{}, fmt.Errorf("%w: backend %q is registered but this SDK cannot build it", backends.ErrUnsupported, b.Name)
+	}
+	return mesh{Planes: planes, backend: b}, nil
+}
+
+// abandoned cleans up after a backend that failed for a set whose members
+// then agreed on another one.
+func (w *World) abandoned(ctx context.Context, b backends.Backend, name string) {
+	if b.Name == "shm" {
+		backends.DeleteKeys(ctx, w.store, shm.SegmentKey(name+"/shm"))
+	}
+}
+
+// flatComm is a flat communicator over ranks (one of hier's meshes): shared
+// memory when they all share a host (and the backend allows it), else TCP.
+func (w *World) flatComm(ctx context.Context, name string, ranks []int) (backends.Communicator, error) {
+	m, err := w.connect(ctx, name, ranks, true)
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}
+
+func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (*tcp.Comm, error) {
 	return tcp.New(ctx, tcp.Config{
 		Store: w.store, Prefix: name,
 		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
@@ -146,7 +247,7 @@ func (p prefixedStore) Delete(ctx context.Context, k string) error {
 
 var _ backends.StoreDeleter = prefixedStore{}
 
-func (w *World) shmComm(ctx context.Context, name string, ranks []int) (backends.Communicator, error) {
+func (w *World) shmComm(ctx context.Context, name string, ranks []int) (*shm.Comm, error) {
 	return shm.New(ctx, shm.Config{
 		Store: w.store, Prefix: name + "/shm",
 		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks,
@@ -164,8 +265,8 @@ func (w *World) shmComm(ctx context.Context, name string, ranks []int) (backends
 // between them; a flat TCP mesh carries everything that is not
 // hierarchical. Sub-communicators are named after the set, so the same set
 // built twice (the engine's and the p2p one) never mixes.
-func (w *World) hierComm(ctx context.Context, name string, ranks []int, hosts [][]int) (backends.Communicator, error) {
-	flat, err := w.tcpComm(ctx, name, ranks)
+func (w *World) hierComm(ctx context.Context, name string, ranks []int, hosts [][]int) (*hier.Comm, error) {
+	flat, err := w.flatComm(ctx, name, ranks)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +279,7 @@ func (w *World) hierComm(ctx context.Context, name string, ranks []int, hosts []
 			for i, m := range members {
 				global[i] = ranks[m]
 			}
-			return w.hostComm(ctx, name+"/"+sub, global, len(w.hostsOf(global)) == 1)
+			return w.flatComm(ctx, name+"/"+sub, global)
 		},
 	})
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hvdorg/hvd/backends"
 )
 
 // Every runtime setting hvd reads from the environment is in knobTable, and
@@ -32,7 +34,7 @@ type knobs struct {
 	hierAllgather bool          // HOROVOD_HIERARCHICAL_ALLGATHER (default on here)
 	dynamic       bool          // HOROVOD_DYNAMIC_PROCESS_SETS
 
-	backend     string        // HVD_BACKEND: auto, shm or tcp
+	backend     string        // HVD_BACKEND: auto or a registered backend (backends.Choices)
 	opTimeout   time.Duration // HVD_COLLECTIVE_TIMEOUT_SECONDS (< 0 unset: see backend.go opTimeout)
 	spin        time.Duration // HVD_SPIN_US; < 0: chosen per host
 	bindTo      string        // HVD_BIND_TO: core or none
@@ -107,7 +109,7 @@ var knobTable = []knobSpec{
 		set: func(k *knobs, _ float64, _ string, b bool) { k.hierAllgather = b }},
 	{name: "HOROVOD_DYNAMIC_PROCESS_SETS", kind: kindBool, doc: "allow add_process_set/remove_process_set after init",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.dynamic = b }},
-	{name: "HVD_BACKEND", kind: kindEnum, choices: []string{backendAuto, backendSHM, backendTCP},
+	{name: "HVD_BACKEND", kind: kindEnum, choices: backends.Choices(),
 		doc: "data plane: shared memory inside a host and TCP across (auto), shm only, or tcp only",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.backend = s }},
 	{name: "HVD_COLLECTIVE_TIMEOUT_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",

@@ -74,7 +74,7 @@ type World struct {
 	listen string
 	spin   time.Duration
 
-	backend           string // auto, shm or tcp (backend.go)
+	backend           string // auto or a registered backend's name (backend.go)
 	shmFallbackLogged atomic.Bool
 
 	knobs    knobs
@@ -195,11 +195,11 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := verifySets(global, id.Rank, sets); err != nil {
+	if err := verifySets(global.Data, id.Rank, sets); err != nil {
 		global.Close()
 		return nil, err
 	}
-	gc, err := w.connectSet(sctx, 0, 0, all, global)
+	gc, err := w.connectSet(sctx, 0, 0, all, &global)
 	if err != nil {
 		return nil, err
 	}
@@ -288,14 +288,16 @@ func (w *World) listenHost() (string, error) {
 }
 
 // setComms are a member's two meshes for one set: one the engine owns
-// (negotiation and collectives), one for send/recv and direct use.
-type setComms struct{ eng, p2p backends.Communicator }
+// (its control and data planes), one for send/recv and direct use.
+type setComms struct {
+	eng mesh
+	p2p backends.Communicator
+}
 
 func (sc setComms) close() {
-	for _, c := range []backends.Communicator{sc.eng, sc.p2p} {
-		if c != nil {
-			c.Close()
-		}
+	sc.eng.Close()
+	if sc.p2p != nil {
+		sc.p2p.Close()
 	}
 }
 
@@ -303,18 +305,22 @@ func (sc setComms) close() {
 // set's was built before process-set verification). gen tells apart two
 // builds of the same id and ranks (a dynamic set removed and added again):
 // their store keys must not meet.
-func (w *World) connectSet(ctx context.Context, id int, gen int64, ranks []int, eng backends.Communicator) (setComms, error) {
-	sc := setComms{eng: eng}
+func (w *World) connectSet(ctx context.Context, id int, gen int64, ranks []int, eng *mesh) (setComms, error) {
+	var sc setComms
 	var err error
-	if sc.eng == nil {
+	if eng != nil {
+		sc.eng = *eng
+	} else {
 		if sc.eng, err = w.newComm(ctx, "ps", id, gen, ranks); err != nil {
 			return sc, err
 		}
 	}
-	if sc.p2p, err = w.newComm(ctx, "p2p", id, gen, ranks); err != nil {
+	p2p, err := w.newComm(ctx, "p2p", id, gen, ranks)
+	if err != nil {
 		sc.close()
 		return setComms{}, err
 	}
+	sc.p2p = p2p.Data
 	return sc, nil
 }
 
@@ -358,12 +364,12 @@ func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error 
 // register makes a set usable: for members it starts the set's engine.
 func (w *World) register(id int, ranks []int, sc setComms) error {
 	ps := &ProcessSet{w: w, id: id, ranks: ranks, p2p: sc.p2p, setRank: slices.Index(ranks, w.id.Rank)}
-	if sc.eng != nil {
+	if sc.eng.Data != nil {
 		var err error
 		ps.eng, err = engine.New(engine.Config{
-			Comm: sc.eng, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
+			Data: sc.eng.Data, Control: sc.eng.Control, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
-			Logf: w.logf, Timeline: &w.timeline, Library: "TCP", CacheCapacity: w.knobs.cache,
+			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.backend.Label, CacheCapacity: w.knobs.cache,
 			CycleTime: w.knobs.cycle,
 			Spin:      w.engineSpin(),
 		})

@@ -58,7 +58,9 @@
 // ReduceScatter, Alltoallv and Barrier always go through Flat: Horovod has no
 // hierarchical form of them, and a hierarchical reduce-scatter would move
 // more bytes across hosts than the flat one. Send and Recv go through Flat,
-// and so do the Messenger and Idler methods (the engine's control traffic).
+// and so does the engine's control plane (GatherMsgs, BcastMsg,
+// AllgatherStatus, Idle, Kick): the engine idles on Flat, so what wakes it
+// must arrive on Flat.
 //
 // # Errors
 //
@@ -114,8 +116,9 @@ type Config struct {
 	// flags are off.
 	Dial func(ctx context.Context, name string, members []int) (backends.Communicator, error)
 	// Flat is a communicator over all members with the same rank numbering.
-	// It carries Send/Recv, ReduceScatter, Alltoallv, Barrier, the Messenger
-	// and Idler methods, and the collectives whose Hier flag is off. The
+	// It carries Send/Recv, ReduceScatter, Alltoallv, Barrier, the control
+	// plane (when Flat is a backends.ControlPlane, as tcp and shm are), and
+	// the collectives whose Hier flag is off. The
 	// hierarchical communicator owns it: Close closes it.
 	Flat backends.Communicator
 	// HierAllreduce and HierAllgather select the hierarchical algorithms
@@ -150,11 +153,10 @@ type Comm struct {
 	globalRanks   []int
 
 	flat    backends.Communicator
-	msg     backends.Messenger // nil when flat is not one
-	idler   backends.Idler     // nil when flat is not one
-	local   *sub               // nil: alone on the host (or both flags off)
-	leaders *sub               // nil: not a leader, one host, or both flags off
-	cross   *sub               // the allreduce split path's; == leaders at local rank 0
+	ctl     backends.ControlPlane // flat as a control plane; nil when it is none
+	local   *sub                  // nil: alone on the host (or both flags off)
+	leaders *sub                  // nil: not a leader, one host, or both flags off
+	cross   *sub                  // the allreduce split path's; == leaders at local rank 0
 
 	mu        sync.Mutex
 	broken    error
@@ -166,9 +168,8 @@ type Comm struct {
 }
 
 var (
-	_ backends.Communicator = (*Comm)(nil)
-	_ backends.Messenger    = (*Comm)(nil)
-	_ backends.Idler        = (*Comm)(nil)
+	_ backends.DataPlane    = (*Comm)(nil)
+	_ backends.ControlPlane = (*Comm)(nil)
 )
 
 // New builds the hierarchical communicator. Every member must call it with
@@ -272,8 +273,7 @@ func layout(cfg Config) (*Comm, error) {
 	if c.splitBytes <= 0 {
 		c.splitBytes = DefaultSplitBytes
 	}
-	c.msg, _ = cfg.Flat.(backends.Messenger)
-	c.idler, _ = cfg.Flat.(backends.Idler)
+	c.ctl, _ = cfg.Flat.(backends.ControlPlane)
 	for r := range c.hostOf {
 		c.hostOf[r] = -1
 	}
@@ -464,32 +464,47 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 	return c.flatCall(func() error { return c.flat.Recv(buf, src, tag) })
 }
 
-// GatherMsgs delegates to Flat; ErrUnsupported when Flat is no Messenger.
+// errNoControl: Flat is no control plane (only in tests: sdk always builds
+// Flat from a backend with its own control plane).
+var errNoControl = fmt.Errorf("%w: hier: the flat communicator is no control plane (no control messages, no idling)", backends.ErrUnsupported)
+
+// GatherMsgs delegates to Flat; ErrUnsupported when Flat is no control plane.
 func (c *Comm) GatherMsgs(msg []byte, root int) ([][]byte, error) {
-	if c.msg == nil {
-		return nil, fmt.Errorf("%w: hier: the flat communicator has no control messages", backends.ErrUnsupported)
+	if c.ctl == nil {
+		return nil, errNoControl
 	}
 	var out [][]byte
-	err := c.flatCall(func() (err error) { out, err = c.msg.GatherMsgs(msg, root); return err })
+	err := c.flatCall(func() (err error) { out, err = c.ctl.GatherMsgs(msg, root); return err })
 	return out, err
 }
 
-// BcastMsg delegates to Flat; ErrUnsupported when Flat is no Messenger.
+// BcastMsg delegates to Flat; ErrUnsupported when Flat is no control plane.
 func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
-	if c.msg == nil {
-		return nil, fmt.Errorf("%w: hier: the flat communicator has no control messages", backends.ErrUnsupported)
+	if c.ctl == nil {
+		return nil, errNoControl
 	}
 	var out []byte
-	err := c.flatCall(func() (err error) { out, err = c.msg.BcastMsg(msg, root); return err })
+	err := c.flatCall(func() (err error) { out, err = c.ctl.BcastMsg(msg, root); return err })
 	return out, err
+}
+
+// AllgatherStatus delegates to Flat, whose Idle is the one the engine
+// sleeps in: a hierarchical allgather would reach a member through its
+// host's shared memory, which does not wake a member idling on Flat.
+func (c *Comm) AllgatherStatus(send, recv []byte) error {
+	if c.ctl == nil {
+		return errNoControl
+	}
+	return c.flatCall(func() error { return c.ctl.AllgatherStatus(send, recv) })
 }
 
 // Idle delegates to Flat, which carries the engine's control messages;
-// ErrUnsupported when Flat is no Idler. On a broken communicator it returns
-// at once (incoming = true) so that the next operation reports the error.
+// ErrUnsupported when Flat is no control plane. On a broken communicator it
+// returns at once (incoming = true) so that the next operation reports the
+// error.
 func (c *Comm) Idle(timeout time.Duration) (bool, error) {
-	if c.idler == nil {
-		return false, fmt.Errorf("%w: hier: the flat communicator cannot idle", backends.ErrUnsupported)
+	if c.ctl == nil {
+		return false, errNoControl
 	}
 	c.mu.Lock()
 	closed, broken := c.closed, c.broken != nil
@@ -500,15 +515,18 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 	if broken {
 		return true, nil
 	}
-	return c.idler.Idle(timeout)
+	return c.ctl.Idle(timeout)
 }
 
 // Kick wakes Idle; safe from any goroutine.
 func (c *Comm) Kick() {
-	if c.idler != nil {
-		c.idler.Kick()
+	if c.ctl != nil {
+		c.ctl.Kick()
 	}
 }
+
+// Memory implements backends.DataPlane: host memory only.
+func (c *Comm) Memory() []backends.MemoryKind { return backends.HostOnly() }
 
 // getScratch and getScratch2 return reused buffers of n bytes (first-touching
 // fresh memory costs more than a copy on these machines).

@@ -159,7 +159,7 @@ const (
 )
 
 // Comm is a shared-memory communicator. See backends.Communicator for the
-// contract; it also implements backends.Messenger and backends.Idler.
+// contract; it is also a backends.ControlPlane (messages.go, planes.go).
 type Comm struct {
 	rank, size  int
 	globalRanks []int

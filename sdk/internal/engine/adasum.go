@@ -383,7 +383,7 @@ func (e *Engine) adasum(r *Response) error {
 	}
 	Scale(buf, r.DType, pre)
 	e.activity(ops, e.cfg.Library+"_ADASUM_ALLREDUCE")
-	if err := adasumVHDD(commExchanger{e.comm, e.rank}, e.rank, e.n, buf, scratch, r.DType, r.Counts); err != nil {
+	if err := adasumVHDD(commExchanger{e.data, e.rank}, e.rank, e.n, buf, scratch, r.DType, r.Counts); err != nil {
 		return err
 	}
 	e.activity(ops, "")

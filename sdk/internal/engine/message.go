@@ -2,9 +2,21 @@
 // asynchronous requests, negotiation by the set's coordinator (set rank 0),
 // tensor fusion and execution in one agreed order on every member.
 //
+// Files by responsibility:
+//
+//   - engine.go: ops, handles, Config (the two planes and the knobs);
+//   - loop.go: lifecycle (New, Enqueue, Close) and the loop (idle, pacing);
+//   - round.go: one negotiation round, a pure decision plus its I/O;
+//   - execute.go: execution of each collective on the data plane
+//     (adasum.go: Adasum);
+//   - stall.go: the stall inspector.
+//
 // The pure parts — the wire messages (this file), the coordinator's table
-// (coordinator.go) and the fusion planner (fusion.go) — do no I/O and are
-// tested on their own; engine.go drives them over a backends.Communicator.
+// (coordinator.go), the response cache (cache.go), the fusion planner
+// (fusion.go) and the round's decisions (round.go) — do no I/O and are
+// tested on their own, the rounds as golden scenarios (testdata/rounds).
+// The engine drives them over a backends.ControlPlane (negotiation) and a
+// backends.DataPlane (tensors).
 package engine
 
 import (

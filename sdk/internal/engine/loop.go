@@ -1,0 +1,306 @@
+// loop.go: the engine's lifecycle and loop. New starts one goroutine per
+// process set; Enqueue hands it ops (never blocking on the network); the
+// loop spins briefly, then sleeps in the control plane's Idle until this
+// rank enqueues (Kick) or a peer starts a round, paces rounds
+// (CycleTime), runs them (round.go) and the stall inspector (stall.go);
+// Close, Retire and a peer failure stop it and fail whatever is pending.
+
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/internal/timeline"
+)
+
+// New starts the engine's goroutine over cfg.Data and cfg.Control.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Data == nil || cfg.Control == nil {
+		return nil, fmt.Errorf("%w: the engine needs a data plane and a control plane", backends.ErrInvalidArgument)
+	}
+	if cfg.Data.Rank() != cfg.Control.Rank() || cfg.Data.Size() != cfg.Control.Size() {
+		return nil, fmt.Errorf("%w: process set %d: the data plane is rank %d of %d, the control plane rank %d of %d",
+			backends.ErrInvalidArgument, cfg.SetID, cfg.Data.Rank(), cfg.Data.Size(), cfg.Control.Rank(), cfg.Control.Size())
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	e := &Engine{cfg: cfg, data: cfg.Data, control: cfg.Control, memory: cfg.Data.Memory(), rank: cfg.Data.Rank(), n: cfg.Data.Size(),
+		table: map[string]*Op{}, done: make(chan struct{}), quit: make(chan struct{}), lastStall: time.Now(), cache: NewCache(cfg.CacheCapacity)}
+	if e.rank == 0 {
+		e.coord = NewCoordinator(e.n, cfg.GlobalRanks)
+	}
+	go e.loop()
+	return e, nil
+}
+
+// Enqueue submits ops atomically: either every op is accepted or none is
+// (a name already in flight on this set is an error). It never blocks on
+// the network.
+func (e *Engine) Enqueue(ops ...*Op) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.err != nil {
+		return e.err
+	}
+	seen := map[string]bool{}
+	for _, o := range ops {
+		if o.Type == Join {
+			continue
+		}
+		if _, dup := e.table[o.Name]; dup || seen[o.Name] {
+			return fmt.Errorf("%w: a tensor named %q is already in flight on process set %d; names must be unique until their op completes",
+				backends.ErrInvalidArgument, o.Name, e.cfg.SetID)
+		}
+		seen[o.Name] = true
+		for _, t := range []*Tensor{&o.In, &o.Out} {
+			if !e.accepts(t.Device) {
+				return fmt.Errorf("%w: process set %d: tensor %q is in %v memory, which the set's data plane (%s) cannot move (it takes %v)",
+					backends.ErrUnsupported, e.cfg.SetID, o.Name, t.Device, e.cfg.Library, e.memory)
+			}
+		}
+	}
+	for _, o := range ops {
+		o.h = Handle{done: make(chan struct{})}
+		if o.Type == Join {
+			e.joins = append(e.joins, o)
+		} else {
+			e.table[o.Name] = o
+		}
+		o.req = Request{Type: o.Type, DType: o.In.DType, Name: o.Name, Shape: o.In.Shape,
+			ReduceOp: o.ReduceOp, Prescale: o.Prescale, Postscale: o.Postscale, Root: int32(o.Root),
+			Group: o.Group, GroupSize: int32(o.GroupSize)}
+		e.queue = append(e.queue, o.req)
+		e.tl().NegotiateStart(o.Name, o.Type.String())
+	}
+	e.queued.Store(true)
+	e.control.Kick()
+	return nil
+}
+
+// accepts reports whether the data plane declared it moves memory on d.
+func (e *Engine) accepts(d backends.Device) bool {
+	for _, k := range e.memory {
+		if k == d.Kind {
+			return true
+		}
+	}
+	return false
+}
+
+// closePlanes closes both planes (peers blocked on this rank fail).
+func (e *Engine) closePlanes() {
+	e.data.Close()
+	e.control.Close()
+}
+
+// Close stops the engine: both planes are closed, and every pending op
+// fails with err (ErrShutdown when nil). It waits for the goroutine to exit.
+func (e *Engine) Close(err error) {
+	if err == nil {
+		err = ErrShutdown
+	}
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+		if e.retire != nil {
+			e.err = e.retire
+		}
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.quitOnce.Do(func() { close(e.quit) })
+	e.closePlanes()
+	<-e.done
+	e.failAll(e.err)
+}
+
+// Retire records why the engine is about to be closed (the set is being
+// removed): from now on, whatever stops it — Close, or peers closing their
+// side first — pending ops fail with err.
+func (e *Engine) Retire(err error) {
+	e.mu.Lock()
+	e.retire = err
+	e.mu.Unlock()
+}
+
+// Err returns the error that stopped the engine, or nil while it runs.
+func (e *Engine) Err() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		hasNew, closed := len(e.queue) > 0, e.closed
+		e.mu.Unlock()
+		if closed {
+			return
+		}
+		if !hasNew && e.cfg.Spin > 0 {
+			hasNew = e.spinForWork()
+		}
+		if !hasNew {
+			timeout := time.Duration(-1)
+			if e.coord != nil && e.cfg.StallWarning > 0 {
+				timeout = max(time.Until(e.lastStall.Add(e.cfg.StallWarning)), time.Millisecond)
+			}
+			incoming, err := e.control.Idle(timeout)
+			if err != nil {
+				e.stop(err)
+				return
+			}
+			if !incoming {
+				if err := e.stallCheck(); err != nil {
+					e.closePlanes() // the peers see this rank leave and fail too
+					e.stop(err)
+					return
+				}
+				continue
+			}
+		}
+		e.pace()
+		e.tl().MarkCycleStart()
+		e.busy.Store(true)
+		err := e.round()
+		e.running.Store(nil)
+		e.busy.Store(false)
+		if err != nil {
+			e.stop(err)
+			return
+		}
+		if err := e.stallCheck(); err != nil {
+			e.closePlanes()
+			e.stop(err)
+			return
+		}
+	}
+}
+
+// pace implements CycleTime: a round with work of this rank's own starts
+// no sooner than CycleTime after the previous one, so that ops enqueued in
+// between join it.
+func (e *Engine) pace() {
+	if e.cfg.CycleTime > 0 && e.queued.Load() {
+		if wait := time.Until(e.lastRound.Add(e.cfg.CycleTime)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-e.quit:
+				t.Stop()
+			}
+		}
+	}
+	e.lastRound = time.Now()
+}
+
+// tl returns the current timeline (nil: none; its methods accept nil).
+func (e *Engine) tl() *timeline.Timeline {
+	if e.cfg.Timeline == nil {
+		return nil
+	}
+	return e.cfg.Timeline.Load()
+}
+
+// spinForWork busy-polls for up to Config.Spin for a local enqueue or a
+// peer starting a round, so back-to-back ops skip the sleep/wake-up.
+func (e *Engine) spinForWork() bool {
+	deadline := time.Now().Add(e.cfg.Spin)
+	for time.Now().Before(deadline) {
+		if e.queued.Load() {
+			return true
+		}
+		if in, err := e.control.Idle(0); in || err != nil {
+			return true // an error is reported by the round
+		}
+		// The caller whose op just completed was made runnable on this
+		// thread's queue: let it run here (and enqueue its next op) rather
+		// than wake another OS thread for it, which costs tens of µs on VMs.
+		runtime.Gosched()
+	}
+	// Idle(0) may have consumed an enqueue's Kick: look once more, or the
+	// blocking Idle that follows would sleep through it.
+	return e.queued.Load()
+}
+
+// stop records why the engine stopped and fails everything pending.
+func (e *Engine) stop(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		switch {
+		case e.retire != nil:
+			err = e.retire
+		case e.closed:
+			err = ErrShutdown
+		}
+		e.err = err
+	}
+	err = e.err
+	e.mu.Unlock()
+	e.failAll(err)
+}
+
+func (e *Engine) failAll(err error) {
+	e.mu.Lock()
+	ops := make([]*Op, 0, len(e.table)+len(e.joins))
+	for _, o := range e.table {
+		ops = append(ops, o)
+	}
+	ops = append(ops, e.joins...)
+	clear(e.table)
+	e.joins = nil
+	e.queue = nil
+	e.mu.Unlock()
+	for _, o := range ops {
+		o.h.err = err
+		close(o.h.done)
+	}
+}
+
+// Activity says what the engine goroutine is doing, for messages about a
+// wait that makes no progress: the operation and tensors being executed,
+// the negotiation round (with the tensors this rank has pending), or "".
+// Safe from any goroutine.
+func (e *Engine) Activity() string {
+	if !e.busy.Load() {
+		return ""
+	}
+	if r := e.running.Load(); r != nil {
+		return fmt.Sprintf("%s of %s", r.Type, quoteNames(r.Names))
+	}
+	e.mu.Lock()
+	names := make([]string, 0, len(e.table))
+	for n := range e.table {
+		names = append(names, n)
+	}
+	e.mu.Unlock()
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "a negotiation round"
+	}
+	return "a negotiation round (pending here: " + quoteNames(names) + ")"
+}
+
+// quoteNames lists up to six names, quoted, and how many more.
+func quoteNames(names []string) string {
+	var b strings.Builder
+	for i, n := range names {
+		if i == 6 {
+			fmt.Fprintf(&b, " and %d more", len(names)-6)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", n)
+	}
+	return b.String()
+}

@@ -1,0 +1,333 @@
+// round.go: one negotiation round. The decisions are pure functions of
+// their inputs, tested without sockets (testdata/rounds/*.txt):
+//
+//   - classify: this rank's requests against the response cache → the
+//     status vector it contributes (flags, hit bits, invalid bits);
+//   - decide: every rank's status vector → what runs from the cache, what
+//     waits for other ranks, what goes to the coordinator, and whether the
+//     coordinator runs at all;
+//   - coordinate: set rank 0's step, every rank's requests → the fused,
+//     validated response list;
+//   - rememberResponse: the negotiated list → the response cache.
+//
+// round adds the I/O, all on the control plane: the status exchange, the
+// gather to set rank 0 and the broadcast back; execute.go then runs the
+// list on the data plane.
+
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+)
+
+// Status flags (word 0 of a status vector).
+const (
+	flagUncached = 1 // this rank has requests for the coordinator
+	flagJoin     = 2 // this rank has joined
+)
+
+// localStatus is this rank's side of a round before the exchange.
+type localStatus struct {
+	words    int             // length of a cache bit vector in 64-bit words
+	status   []uint64        // what is exchanged: flags, hit bits, invalid bits
+	hits     map[int]Request // this rank's requests found in the cache, by bit
+	uncached []Request       // for the coordinator whatever the others say
+}
+
+// classify sorts this rank's requests (waiting ones first, then new ones)
+// by the response cache. A joining rank uses no cache: while a rank joins,
+// everything is negotiated (the coordinator knows who contributes zeros).
+func classify(reqs []Request, joining bool, cache *Cache) localStatus {
+	W := cache.Words()
+	st := localStatus{words: W, status: make([]uint64, 1+2*W), hits: map[int]Request{}}
+	hits, invalid := st.status[1:1+W], st.status[1+W:]
+	for _, q := range reqs {
+		if W > 0 && Cacheable(q.Type) && !joining {
+			bit, s := cache.Lookup(&q)
+			if s == Hit {
+				hits[bit/64] |= 1 << (bit % 64)
+				st.hits[bit] = q
+				continue
+			}
+			if s == Invalid {
+				invalid[bit/64] |= 1 << (bit % 64)
+			}
+		}
+		st.uncached = append(st.uncached, q)
+	}
+	if len(st.uncached) > 0 {
+		st.status[0] |= flagUncached
+	}
+	if joining {
+		st.status[0] |= flagJoin
+	}
+	return st
+}
+
+// roundPlan is what this rank does in a round once every rank's status is
+// known. Every rank's plan lists the same cached responses and agrees on
+// Negotiate.
+type roundPlan struct {
+	Cached    []Response // run straight from the cache, in cache order (not yet fused)
+	Waiting   []Request  // cached here, not yet enqueued everywhere: the next round's
+	Uncached  []Request  // sent to the coordinator (when Negotiate)
+	Negotiate bool       // the coordinator runs: some rank has uncached work or joins
+}
+
+// decide combines every rank's status vector (all, by set rank, as
+// classify made them) with this rank's own. Locally: the AND of the hit
+// bits is what every rank has ready and cached; the OR of the invalid bits
+// is what every rank erases; the OR of the flags says whether anyone needs
+// the coordinator. A join anywhere, or an entry invalid anywhere, sends
+// this rank's hits to the coordinator too. decide takes the cached
+// responses out of the cache (marking them used) and erases the invalid
+// entries: steps every rank takes alike, so the caches stay identical.
+func decide(local localStatus, all [][]uint64, cache *Cache) roundPlan {
+	W := local.words
+	var flags uint64
+	common := make([]uint64, W)
+	invalidAll := make([]uint64, W)
+	for i := range common {
+		common[i] = ^uint64(0)
+	}
+	for _, v := range all {
+		flags |= v[0]
+		for i := 0; i < W; i++ {
+			common[i] &= v[1+i]
+			invalidAll[i] |= v[1+W+i]
+		}
+	}
+	uncached := append([]Request(nil), local.uncached...)
+	var cached []Response
+	var cachedReq, waiting []Request
+	for bit := 0; bit < 64*W; bit++ {
+		q, mine := local.hits[bit]
+		if !mine {
+			continue
+		}
+		switch {
+		case flags&flagJoin != 0 || invalidAll[bit/64]&(1<<(bit%64)) != 0:
+			uncached = append(uncached, q)
+		case common[bit/64]&(1<<(bit%64)) != 0:
+			cached = append(cached, cache.Response(bit))
+			cachedReq = append(cachedReq, q)
+		default:
+			waiting = append(waiting, q) // others have not enqueued it yet
+		}
+	}
+	cached, waiting = wholeGroups(cached, cachedReq, waiting, &uncached)
+	cache.Erase(invalidAll)
+	// A joining rank forces every rank through the coordinator (above,
+	// hits became uncached), so the negotiation must run whenever a rank
+	// flagged a join, even if no rank had uncached work of its own:
+	// otherwise the demoted hits are dropped and their ops never complete.
+	return roundPlan{Cached: cached, Waiting: waiting, Uncached: uncached,
+		Negotiate: flags&(flagUncached|flagJoin) != 0}
+}
+
+// wholeGroups keeps a group together: when any member of a group goes
+// through the coordinator, its cached and waiting members do too, since the
+// coordinator releases a group only once it has every member. (A group all
+// of whose members wait stays waiting: nothing may go to the coordinator in
+// a round in which no rank has flagged uncached work.) Every rank
+// makes the same choice: the cache, the common and invalid bits, and a
+// group's members (enqueued atomically) are the same everywhere.
+func wholeGroups(cached []Response, cachedReq, waiting []Request, uncached *[]Request) ([]Response, []Request) {
+	split := map[string]bool{}
+	for _, q := range *uncached {
+		if q.Group != "" {
+			split[q.Group] = true
+		}
+	}
+	if len(split) == 0 {
+		return cached, waiting
+	}
+	keep := cached[:0]
+	for i, r := range cached {
+		if q := cachedReq[i]; split[q.Group] {
+			*uncached = append(*uncached, q)
+			continue
+		}
+		keep = append(keep, r)
+	}
+	wait := waiting[:0]
+	for _, q := range waiting {
+		if split[q.Group] {
+			*uncached = append(*uncached, q)
+			continue
+		}
+		wait = append(wait, q)
+	}
+	return keep, wait
+}
+
+// coordinate is set rank 0's step of a negotiation: every rank's message
+// (indexed by set rank) into the coordinator, then the responses that are
+// ready, fused up to threshold bytes. arrived, when not nil, is told of
+// every request (for the timeline's per-rank readiness).
+func coordinate(c *Coordinator, msgs [][]byte, now time.Time, threshold int64, arrived func(name string, rank int)) ([]Response, error) {
+	var resps []Response
+	for r, m := range msgs {
+		rm, err := DecodeRankMessage(m)
+		if err != nil {
+			return nil, fmt.Errorf("hvd: engine: message from set rank %d: %w", r, err)
+		}
+		if arrived != nil {
+			for _, q := range rm.Requests {
+				arrived(q.Name, r)
+			}
+		}
+		resps = append(resps, c.Submit(r, rm.Requests, now)...)
+	}
+	resps = append(resps, c.Ready()...)
+	return Fuse(resps, threshold), nil
+}
+
+// rememberResponse puts a negotiated response into the cache, one entry
+// per tensor this rank requested (reqOf: this rank's request for a name),
+// when the type is cacheable and no rank joined. Called for every response
+// of the list in order, the same on every member.
+func rememberResponse(cache *Cache, r Response, n int, reqOf func(name string) (Request, bool)) {
+	if cache.Words() == 0 || !Cacheable(r.Type) || len(r.Joined) > 0 {
+		return
+	}
+	for i, name := range r.Names {
+		q, ok := reqOf(name)
+		if !ok {
+			continue
+		}
+		one := r
+		one.Names = []string{name}
+		switch r.Type {
+		case Allreduce:
+			one.Counts = []int64{r.Counts[i]}
+		case Allgather:
+			one.Counts = r.Counts[i*n : (i+1)*n]
+			one.RowElems = r.RowElems[i : i+1]
+		}
+		cache.Put(q, one)
+	}
+}
+
+// round is one negotiation and execution cycle. Every member takes part:
+// the first exchange — every rank's status vector, through the control
+// plane's AllgatherStatus, which reaches every rank directly — is what
+// wakes the idle ones from Idle. Tensors every rank has cached and ready
+// execute from the cache without the coordinator; anything else goes
+// through the coordinator (gather to set rank 0, validated and fused
+// response list broadcast back).
+func (e *Engine) round() error {
+	e.mu.Lock()
+	reqs := append(e.waiting, e.queue...)
+	e.queue, e.waiting = nil, nil
+	e.queued.Store(false)
+	joining := len(e.joins) > 0
+	e.mu.Unlock()
+
+	local := classify(reqs, joining, e.cache)
+	all, err := e.exchangeStatus(local.status)
+	if err != nil {
+		return err
+	}
+	plan := decide(local, all, e.cache)
+	e.waiting = plan.Waiting
+	e.stats.rounds.Add(1)
+	e.stats.cached.Add(uint64(len(plan.Cached)))
+	var list []Response
+	if len(plan.Cached) > 0 {
+		list = Fuse(plan.Cached, e.cfg.FusionThreshold)
+	}
+	if plan.Negotiate {
+		e.stats.negotiations.Add(1)
+		e.stats.sent.Add(uint64(len(plan.Uncached)))
+		slow, err := e.negotiate(plan.Uncached)
+		if err != nil {
+			return err
+		}
+		for _, r := range slow {
+			e.remember(r)
+		}
+		list = append(list, slow...)
+	}
+	for i := range list {
+		e.running.Store(&list[i])
+		if err := e.execute(&list[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// exchangeStatus sends this rank's status vector to every member and
+// returns every member's, by set rank.
+func (e *Engine) exchangeStatus(status []uint64) ([][]uint64, error) {
+	per := 8 * len(status)
+	buf := make([]byte, per*e.n)
+	if err := e.control.AllgatherStatus(words(status), buf); err != nil {
+		return nil, err
+	}
+	all := make([][]uint64, e.n)
+	for r := range all {
+		v := make([]uint64, len(status))
+		for i := range v {
+			v[i] = binary.LittleEndian.Uint64(buf[per*r+8*i:])
+		}
+		all[r] = v
+	}
+	return all, nil
+}
+
+// negotiate sends this rank's uncached requests to the coordinator and
+// returns the response list it broadcasts.
+func (e *Engine) negotiate(reqs []Request) ([]Response, error) {
+	msgs, err := e.control.GatherMsgs((&RankMessage{Requests: reqs}).Encode(), 0)
+	if err != nil {
+		return nil, err
+	}
+	var payload []byte
+	if e.coord != nil {
+		tl := e.tl()
+		resps, err := coordinate(e.coord, msgs, time.Now(), e.cfg.FusionThreshold, func(name string, r int) {
+			tl.NegotiateRankReady(name, e.global(r))
+		})
+		if err != nil {
+			return nil, err
+		}
+		payload = (&ResponseList{Responses: resps}).Encode()
+	}
+	b, err := e.control.BcastMsg(payload, 0)
+	if err != nil {
+		return nil, err
+	}
+	list, err := DecodeResponseList(b)
+	if err != nil {
+		return nil, err
+	}
+	return list.Responses, nil
+}
+
+// remember caches a negotiated response (see rememberResponse).
+func (e *Engine) remember(r Response) {
+	if e.cache.Words() == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rememberResponse(e.cache, r, e.n, func(name string) (Request, bool) {
+		o := e.table[name]
+		if o == nil {
+			return Request{}, false
+		}
+		return o.req, true
+	})
+}
+
+func words(v []uint64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], x)
+	}
+	return b
+}
