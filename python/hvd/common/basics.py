@@ -1,20 +1,15 @@
 """init, shutdown and the topology and capability queries
-(horovod.common.basics), on libhvd.so."""
+(horovod.common.basics), on libhvd.so, and Horovod's HorovodBasics object.
+
+The topology queries live in state (process_sets needs them too); this
+module re-exports them under Horovod's names.
+"""
 import atexit
-import numbers
 
-from hvd.common import _abi, loader
-
-_NOT_INIT = 'Horovod has not been initialized; use hvd.init().'
-
-# Topology, cached at init: constant until shutdown, and answerable in a
-# forked child without touching the Go runtime.
-_topology = None
-
-
-def _lib():
-    loader.load()
-    return _abi
+from hvd.common import _abi, loader, state
+from hvd.common.process_sets import ProcessSet, init_process_sets, shutdown_process_sets
+from hvd.common.state import (cross_rank, cross_size, is_homogeneous, is_initialized, local_rank,  # noqa: F401
+                              local_size, rank, size)
 
 
 def init(comm=None, process_sets=None):
@@ -30,8 +25,6 @@ def init(comm=None, process_sets=None):
     Calling init again while initialized registers nothing new; ProcessSet
     objects passed again are mapped to the registered sets with their ranks.
     """
-    from hvd.common import process_sets as _ps
-    global _topology
     if loader.forked():
         raise RuntimeError('hvd: init() in a forked child process; call it in the parent')
     dynamic = False
@@ -41,13 +34,13 @@ def init(comm=None, process_sets=None):
         dynamic, process_sets = True, None
     sets = list(process_sets or [])
     for i, s in enumerate(sets):
-        if not isinstance(s, _ps.ProcessSet):
+        if not isinstance(s, ProcessSet):
             raise ValueError('process_sets[%d] is %r, not a ProcessSet' % (i, s))
         if s.mpi_comm is not None:
             raise ValueError('process_sets[%d] is built from an MPI communicator; hvd is not built with MPI' % i)
     if comm is not None and not isinstance(comm, (list, tuple)):
         raise ValueError('hvd.init(comm=%r): mpi4py communicators need an MPI build; hvd does not use MPI' % (comm,))
-    lib = _lib()
+    lib = state.lib()
     if not lib.is_initialized():
         flat, sizes = [], []
         for s in sets:
@@ -55,89 +48,42 @@ def init(comm=None, process_sets=None):
             sizes.append(len(s.ranks))
         lib.init(flat, sizes, dynamic)
         atexit.register(shutdown)
-    _topology = {
+    topology = {
         'rank': lib.rank(), 'size': lib.size(), 'local_rank': lib.local_rank(), 'local_size': lib.local_size(),
         'cross_rank': lib.cross_rank(), 'cross_size': lib.cross_size(), 'is_homogeneous': lib.is_homogeneous() == 1,
     }
+    state.set_topology(topology)
     if comm:
-        if sorted(comm) != list(range(_topology['size'])):
+        if sorted(comm) != list(range(topology['size'])):
             raise NotImplementedError(
                 'hvd.init(comm=%r): selecting a subset of ranks needs MPI, which hvd does not use; start only '
                 'the ranks you need (hvdrun -np N)' % (list(comm),))
-    _ps._init_process_sets(sets)
+    init_process_sets(sets)
 
 
 def shutdown():
     """Leaves the job; pending ops fail with HorovodInternalError. A no-op
     when not initialized (and in a forked child)."""
-    global _topology
-    from hvd.common import process_sets as _ps
-    if loader.forked() or loader._loaded is None:
+    if loader.forked() or loader.loaded() is None:
         return
-    _topology = None
-    _ps._shutdown_process_sets()
+    state.set_topology(None)
+    shutdown_process_sets()
     _abi.shutdown()
-
-
-def is_initialized():
-    if loader.forked():
-        return _topology is not None
-    return loader._loaded is not None and _abi.is_initialized() == 1
-
-
-def _query(key):
-    if _topology is None or (not loader.forked() and _abi.is_initialized() != 1):
-        raise ValueError(_NOT_INIT)
-    return _topology[key]
-
-
-def size():
-    """Number of processes in the job."""
-    return _query('size')
-
-
-def rank():
-    """This process's global rank."""
-    return _query('rank')
-
-
-def local_size():
-    """Number of processes on this host."""
-    return _query('local_size')
-
-
-def local_rank():
-    """This process's rank among the processes on its host."""
-    return _query('local_rank')
-
-
-def cross_size():
-    """Number of hosts that have a process with this local rank."""
-    return _query('cross_size')
-
-
-def cross_rank():
-    """This host's index among the hosts that have this local rank."""
-    return _query('cross_rank')
-
-
-def is_homogeneous():
-    """Whether every host runs the same number of processes."""
-    return _query('is_homogeneous')
 
 
 def start_timeline(file_path, mark_cycles=False):
     """Starts writing a timeline to file_path (needs HOROVOD_TIMELINE=DYNAMIC)."""
-    _lib().start_timeline(file_path, mark_cycles)
+    state.lib().start_timeline(file_path, mark_cycles)
 
 
 def stop_timeline():
     """Stops the timeline started with start_timeline."""
-    _lib().stop_timeline()
+    state.lib().stop_timeline()
 
 
-# Capabilities, answered truthfully: hvd's data plane is its own (TCP, in
-# Go); it is not MPI, Gloo, NCCL, DDL or oneCCL, and has no GPU support.
+# Capabilities, answered truthfully: hvd's data plane is its own (shared
+# memory and TCP, in Go); it is not MPI, Gloo, NCCL, DDL or oneCCL, and has
+# no GPU support.
 def mpi_built():
     return False
 
@@ -178,13 +124,12 @@ def rocm_built():
     return False
 
 
-def _as_rank_list(ranks):
-    out = []
-    for r in ranks:
-        if isinstance(r, bool) or not isinstance(r, numbers.Integral):
-            raise ValueError('ProcessSet should be initialized with a list of process ranks or an mpi4py Comm object')
-        out.append(int(r))
-    return sorted(out)
+# The functions HorovodBasics answers as methods.
+_FUNCTIONS = frozenset((
+    'init', 'shutdown', 'is_initialized', 'size', 'rank', 'local_size', 'local_rank', 'cross_size', 'cross_rank',
+    'is_homogeneous', 'start_timeline', 'stop_timeline', 'mpi_built', 'mpi_enabled', 'mpi_threads_supported',
+    'gloo_built', 'gloo_enabled', 'nccl_built', 'ddl_built', 'ccl_built', 'cuda_built', 'rocm_built',
+))
 
 
 class HorovodBasics:
@@ -196,14 +141,13 @@ class HorovodBasics:
 
     def __getattr__(self, name):
         # init, shutdown, size, rank, ..., rocm_built: this module's functions.
-        f = globals().get(name)
-        if name.startswith('_') or not callable(f):
+        if name not in _FUNCTIONS:
             raise AttributeError(name)
-        return f
+        return globals()[name]
 
     def _get_process_set_ids_and_ranks(self):
         """{process set id: sorted global ranks} of every registered set."""
-        _require_init()
+        state.require_init()
         return {i: list(_abi.process_set_ranks(i)) for i in _abi.process_set_ids()}
 
     def _process_set_rank(self, process_set_id):
@@ -221,7 +165,7 @@ class HorovodBasics:
         return len(self._ranks_of(process_set_id))
 
     def _ranks_of(self, process_set_id):
-        _require_init()
+        state.require_init()
         if process_set_id not in _abi.process_set_ids():
             raise ValueError('Process set does not exist or has not been registered.')
         return list(_abi.process_set_ranks(process_set_id))
@@ -229,7 +173,7 @@ class HorovodBasics:
     def _add_process_set_impl(self, ranks):
         """Registers a set (dynamic mode) and returns its id; None when a
         set with these ranks exists already (as Horovod)."""
-        _require_init()
+        state.require_init()
         ranks = sorted(int(r) for r in ranks)
         if ranks in self._get_process_set_ids_and_ranks().values():
             return None
@@ -241,7 +185,7 @@ class HorovodBasics:
         assert isinstance(process_set_id, int)
         if process_set_id == 0:
             return None
-        _require_init()
+        state.require_init()
         try:
             _abi.remove_process_set(process_set_id)
         except ValueError as e:
@@ -253,8 +197,3 @@ class HorovodBasics:
     def _comm_process_set_id(self, comm):
         raise ValueError('Horovod has not been built with MPI support: hvd does not use MPI, so process sets '
                          'cannot be looked up by MPI communicator.')
-
-
-def _require_init():
-    if not is_initialized():
-        raise ValueError(_NOT_INIT)

@@ -4,19 +4,28 @@ hvd.numpy, and the modules the TensorFlow and MXNet plugins generate).
 A handle is an integer issued by libhvd. track() remembers, per handle, the
 objects whose memory the engine works on (kept alive until the op completes)
 and a function producing synchronize()'s result. Handles are unique across
-frameworks, so one table serves all of them."""
+frameworks, so one table, handle_map, serves all of them (the framework
+modules also expose it as Horovod's mpi_ops._handle_map)."""
 
 from hvd.common import _abi
-from hvd.common.process_sets import global_process_set, _set_id
 
 # handle -> (objects kept alive, function producing synchronize's result)
-_handle_map = {}
+handle_map = {}
 
 
 def track(handle, keep, result):
     """Registers an issued handle; returns it."""
-    _handle_map[handle] = (keep, result)
+    handle_map[handle] = (keep, result)
     return handle
+
+
+def convert_result(handle, keep, convert):
+    """Re-registers a tracked handle so that synchronize returns
+    convert(result) instead of the result, and keeps keep alive until then
+    (the TensorFlow and MXNet modules hand back framework tensors this way).
+    Returns handle."""
+    kept, result = handle_map[handle]
+    return track(handle, (kept, keep), lambda: convert(result()))
 
 
 def poll(handle):
@@ -29,27 +38,15 @@ def synchronize(handle):
     tensor or array, a list for grouped ops, (output, received_splits) for
     alltoall. Raises HorovodInternalError when the op failed. An unknown
     handle returns None, as in Horovod."""
-    if handle not in _handle_map:
+    if handle not in handle_map:
         return None
     try:
         _abi.wait(handle)
-        _, result = _handle_map[handle]
+        _, result = handle_map[handle]
         return result()
     finally:
-        _handle_map.pop(handle, None)
+        handle_map.pop(handle, None)
         try:
             _abi.release(handle)
         except ValueError:
             pass  # hvd was shut down meanwhile: the handle is gone already
-
-
-def join(device=-1):
-    """Declares that this rank has no more data: until every rank has
-    joined, other ranks' allreduces see zeros from it. Blocks until all have
-    joined and returns the global rank that joined last."""
-    return _abi.join()
-
-
-def barrier(process_set=global_process_set):
-    """Blocks until every member of the process set has called it."""
-    _abi.barrier(_set_id(process_set))

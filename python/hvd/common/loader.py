@@ -127,25 +127,43 @@ def go_runtimes_loaded(exclude=None):
     return found
 
 
-class _ForkedLib:
-    """Stands in for the library in a forked child."""
+class _ForkedFunction:
+    """Stands in for one library function in a forked child: calling it
+    raises."""
 
-    def __getattr__(self, name):
+    def __init__(self, name):
+        self.name = name
+
+    def __call__(self, *args):
         raise RuntimeError(
             'hvd: %s called in a process forked from one that loaded libhvd.so; the Go runtime does not '
             'survive fork(), so a forked child (e.g. a DataLoader worker) must not run hvd collectives. '
-            'Run them in the parent process.' % name)
+            'Run them in the parent process.' % self.name)
+
+
+class _ForkedLib:
+    """Stands in for the library in a forked child (bound in its place, so
+    every generated function raises when called)."""
+
+    def __getattr__(self, name):
+        return _ForkedFunction(name)
 
 
 def _after_fork_in_child():
     global _forked
     if _loaded is not None:
         _forked = True
-        _abi._lib = _ForkedLib()
+        _abi.bind(_ForkedLib(), raise_error)
 
 
 def forked():
+    """Whether this process was forked from one that had loaded libhvd.so."""
     return _forked
+
+
+def loaded():
+    """The path of the loaded libhvd.so, or None before load()."""
+    return None if _loaded is None else _loaded[0]
 
 
 def load(path=None):

@@ -1,7 +1,14 @@
-"""Process sets (horovod.common.process_sets)."""
+"""Process sets (horovod.common.process_sets): the ProcessSet objects, the
+registry of the ones this process knows, and dynamic add/remove.
+
+basics.init() and basics.shutdown() call init_process_sets() and
+shutdown_process_sets(); every collective turns its process_set argument
+into the library's id with set_id(). This module reads the library and the
+topology through state and never imports basics.
+"""
 import collections.abc
 
-from hvd.common import _abi, basics
+from hvd.common import _abi, state
 
 
 class ProcessSet:
@@ -17,7 +24,7 @@ class ProcessSet:
         self.ranks = None
         self.mpi_comm = None
         if isinstance(ranks_or_comm, collections.abc.Iterable) and not isinstance(ranks_or_comm, (str, bytes)):
-            self.ranks = basics._as_rank_list(ranks_or_comm)
+            self.ranks = state.as_rank_list(ranks_or_comm)
         else:
             # An mpi4py communicator: accepted here, refused by init (no MPI).
             self.mpi_comm = ranks_or_comm
@@ -36,7 +43,7 @@ class ProcessSet:
         ValueError when this process is not a member."""
         if self.process_set_id is None:
             return None
-        r = basics.rank()
+        r = state.rank()
         if r not in self.ranks:
             raise ValueError('Process is not part of provided process set')
         return self.ranks.index(r)
@@ -45,7 +52,7 @@ class ProcessSet:
         """Whether this process is a member (None when ranks are unknown)."""
         if self.ranks is None:
             return None
-        return basics.rank() in self.ranks
+        return state.rank() in self.ranks
 
     def __str__(self):
         return 'ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=%s)' % (self.process_set_id, self.ranks, self.mpi_comm)
@@ -61,7 +68,7 @@ global_process_set.process_set_id = 0
 _id_to_process_sets = {0: [global_process_set]}
 
 
-def _set_id(process_set):
+def set_id(process_set):
     """The id to pass to the library; ValueError for a set that was never
     registered, or was removed (its id is None)."""
     if not isinstance(process_set, ProcessSet):
@@ -79,8 +86,11 @@ def _registered():
     return {tuple(_abi.process_set_ranks(i)): i for i in _abi.process_set_ids()}
 
 
-def _init_process_sets(process_set_list):
-    global_process_set.ranks = list(range(basics.size()))
+def init_process_sets(process_set_list):
+    """Called by init(): maps the ProcessSet objects passed to init to the
+    sets the library registered (by their ranks); KeyError for one it does
+    not know."""
+    global_process_set.ranks = list(range(state.size()))
     known = _registered()
     for ps in process_set_list:
         key = tuple(ps.ranks)
@@ -90,7 +100,9 @@ def _init_process_sets(process_set_list):
         _id_to_process_sets.setdefault(ps.process_set_id, []).append(ps)
 
 
-def _shutdown_process_sets():
+def shutdown_process_sets():
+    """Called by shutdown(): every registered set but the global one loses
+    its id."""
     for pid, objs in list(_id_to_process_sets.items()):
         if pid != 0:
             for ps in objs:
@@ -110,7 +122,7 @@ def add_process_set(process_set):
         raise NotImplementedError('add_process_set with an MPI communicator: hvd is not built with MPI')
     if process_set.process_set_id is not None:
         raise ValueError('Attempted to add a process set that is already registered: %s' % process_set)
-    basics._lib()
+    state.lib()
     pid = _abi.add_process_set(process_set.ranks)
     process_set.process_set_id = pid
     _id_to_process_sets.setdefault(pid, []).append(process_set)

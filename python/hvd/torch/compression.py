@@ -1,31 +1,7 @@
 """Gradient compression (horovod.torch.compression)."""
 import torch
 
-
-class Compressor:
-    """Interface for compressing and decompressing a tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        """Returns the tensor to send and a context for decompress."""
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        """Restores the tensor from its compressed form."""
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from hvd.common.compression import Compressor, NoneCompressor  # noqa: F401
 
 
 class FP16Compressor(Compressor):

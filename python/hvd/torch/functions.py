@@ -1,16 +1,11 @@
 """Parameter, optimizer-state and object helpers (horovod.torch.functions)."""
 import collections
-import io
 
 import torch
 
 from hvd.common.process_sets import global_process_set
-from hvd.torch.mpi_ops import allgather, broadcast_, broadcast_async_, rank, synchronize
-
-try:
-    import cloudpickle as _pickle
-except ImportError:  # Debian's python3-torch does not pull it in
-    import pickle as _pickle
+from hvd.torch.mpi_ops import broadcast_async_, synchronize
+from hvd.torch.tensors import collectives as _c
 
 
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
@@ -99,47 +94,10 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=glob
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Serializes obj with (cloud)pickle on root_rank and returns it on every
     member of the set (two broadcasts: <name>.sz and <name>.t)."""
-    if name is None:
-        name = type(obj).__name__
-
-    if rank() == root_rank:
-        b = io.BytesIO()
-        _pickle.dump(obj, b)
-        t = torch.ByteTensor(bytearray(b.getvalue()))
-        sz = torch.IntTensor([t.shape[0]])
-        broadcast_(sz, root_rank, name + '.sz', process_set)
-    else:
-        sz = torch.IntTensor([0])
-        broadcast_(sz, root_rank, name + '.sz', process_set)
-        t = torch.ByteTensor(sz.tolist()[0])
-
-    broadcast_(t, root_rank, name + '.t', process_set)
-
-    if rank() != root_rank:
-        buf = io.BytesIO(t.numpy().tobytes())
-        obj = _pickle.load(buf)
-    return obj
+    return _c.broadcast_object(obj, root_rank, name, process_set)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Serializes obj with (cloud)pickle and returns the list of every
     member's object, in rank order (two allgathers: <name>.sz and <name>.t)."""
-    if name is None:
-        name = type(obj).__name__
-
-    def load(byte_array):
-        return _pickle.load(io.BytesIO(byte_array.tobytes()))
-
-    b = io.BytesIO()
-    _pickle.dump(obj, b)
-    t = torch.ByteTensor(bytearray(b.getvalue()))
-    sz = torch.IntTensor([t.shape[0]])
-
-    sizes = allgather(sz, name=name + '.sz', process_set=process_set).numpy()
-    gathered = allgather(t, name=name + '.t', process_set=process_set).numpy()
-
-    def select(i):
-        start = int(sum(sizes[:i]))
-        return gathered[start:start + int(sizes[i])]
-
-    return [load(select(i)) for i in range(process_set.size())]
+    return _c.allgather_object(obj, name, process_set)

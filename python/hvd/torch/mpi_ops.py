@@ -1,5 +1,10 @@
 """Collectives on torch tensors (horovod.torch.mpi_ops), on libhvd.so.
 
+The work is hvd.common.collectives', bound to torch tensors in tensors.py;
+this module gives it Horovod's signatures and adds autograd: allreduce,
+allgather, broadcast, alltoall and reducescatter (and their grouped forms)
+are differentiable, as in Horovod.
+
 CPU tensors are passed to the engine by address (tensor.data_ptr()): the
 engine reads inputs and writes allreduce and broadcast outputs in the
 tensors' own memory, without copies. Allgather, alltoall and reducescatter
@@ -11,102 +16,34 @@ referenced until synchronize() returns. Waiting releases the GIL.
 
 import torch
 
-from hvd.common import _abi
 from hvd.common.basics import HorovodBasics as _HorovodBasics
 from hvd.common.basics import (init, shutdown, is_initialized, start_timeline, stop_timeline, size, local_size,
                                cross_size, rank, local_rank, cross_rank, is_homogeneous, mpi_threads_supported,
                                mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built, ddl_built, ccl_built,
                                cuda_built, rocm_built)
-from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
-from hvd.common.process_sets import (ProcessSet, global_process_set, add_process_set, remove_process_set,
-                                     _set_id)
+from hvd.common.collectives import barrier, join  # noqa: F401
+from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
+from hvd.common.handles import handle_map as _handle_map  # noqa: F401  (Horovod's mpi_ops._handle_map)
+from hvd.common.handles import poll, synchronize  # noqa: F401
+from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: F401
+                            handle_average_backwards_compatibility)
+from hvd.common.process_sets import ProcessSet, global_process_set, add_process_set, remove_process_set  # noqa: F401
 from hvd.torch.compression import Compression
-
-# Reduction ops, with Horovod's values.
-from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: E402,F401
-                            handle_average_backwards_compatibility, check_adasum, op_name)
+from hvd.torch.tensors import collectives as _c
 
 # Horovod's HorovodBasics object, which tests written for Horovod reach into
 # (hvd.mpi_ops._basics._get_process_set_ids_and_ranks()).
 _basics = _HorovodBasics()
 
-_DTYPES = {
-    torch.uint8: _abi.DTYPE_UINT8,
-    torch.int8: _abi.DTYPE_INT8,
-    torch.int16: _abi.DTYPE_INT16,
-    torch.int32: _abi.DTYPE_INT32,
-    torch.int64: _abi.DTYPE_INT64,
-    torch.float16: _abi.DTYPE_FLOAT16,
-    torch.bfloat16: _abi.DTYPE_BFLOAT16,
-    torch.float32: _abi.DTYPE_FLOAT32,
-    torch.float64: _abi.DTYPE_FLOAT64,
-    torch.bool: _abi.DTYPE_BOOL,
-}
-
-
-
-def _check_tensor(tensor, what='tensor'):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError('%s must be a torch.Tensor, not %s' % (what, type(tensor).__name__))
-    if tensor.device.type != 'cpu':
-        raise ValueError('hvd: %s is on %s; this build of hvd supports CPU tensors only' % (what, tensor.device))
-    if tensor.layout != torch.strided:
-        raise ValueError('hvd: %s has layout %s; use sparse_allreduce_async for sparse tensors' % (what, tensor.layout))
-    if tensor.dtype not in _DTYPES:
-        raise ValueError('Tensor type %s is not supported.' % tensor.dtype)
-
-
-def _contig(tensor):
-    return tensor if tensor.is_contiguous() else tensor.contiguous()
-
-
-def _desc(tensor):
-    return tensor.data_ptr(), _DTYPES[tensor.dtype], list(tensor.shape)
-
-
-from hvd.common.handles import track as _track, _handle_map  # noqa: E402,F401
-
-
-def _check_op(op, process_set):
-    if isinstance(op, bool) or op not in (Average, Sum, Adasum, Min, Max, Product):
-        raise ValueError('unknown reduce op %r: use hvd.Average, hvd.Sum, hvd.Adasum, hvd.Min, hvd.Max or hvd.Product' % (op,))
-    if op == Adasum:
-        check_adasum(_set_id(process_set), size())
-
-
-def _copy_back(dst, src):
-    """For in-place ops on non-contiguous tensors: the op ran on a contiguous
-    copy; write its result into the caller's tensor."""
-    if dst is not src:
-        dst.copy_(src)
-    return dst
-
 
 # ---------------------------------------------------------------- allreduce
-
-def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set):
-    _check_tensor(tensor)
-    _check_op(op, process_set)
-    src = _contig(tensor)
-    if output is tensor:
-        out = src  # in place
-    else:
-        out = torch.empty_like(src, memory_format=torch.contiguous_format)
-    ptr, dt, shape = _desc(src)
-    handle = _abi.allreduce_async(ptr, out.data_ptr(), dt, shape, op, float(prescale_factor), float(postscale_factor),
-                                  _set_id(process_set), name)
-    if output is tensor:
-        return _track(handle, (tensor, src), lambda: _copy_back(tensor, src))
-    return _track(handle, (tensor, src, out), lambda: out)
-
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Asynchronously averages (or reduces with op) the tensor over the
     process set; returns a handle for poll() and synchronize(), whose result
     is a new tensor (the input is not modified)."""
-    op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -143,57 +80,22 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
     """In-place allreduce_async: the result is written into tensor."""
-    op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """In-place allreduce; returns tensor."""
-    handle = allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
-    return synchronize(handle)
+    return _c.allreduce_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 # -------------------------------------------------------- grouped allreduce
-
-def _check_group(tensors):
-    if not isinstance(tensors, (list, tuple)) or len(tensors) == 0:
-        raise ValueError('expected a non-empty list of tensors')
-    for i, t in enumerate(tensors):
-        _check_tensor(t, 'tensors[%d]' % i)
-
-
-def _group_desc(ts):
-    ptrs, dtypes, ndims, shapes = [], [], [], []
-    for t in ts:
-        ptrs.append(t.data_ptr())
-        dtypes.append(_DTYPES[t.dtype])
-        ndims.append(t.dim())
-        shapes.extend(t.shape)
-    return ptrs, dtypes, ndims, shapes
-
-
-def _grouped_allreduce_async(tensors, in_place, name, op, prescale_factor, postscale_factor, process_set):
-    _check_group(tensors)
-    _check_op(op, process_set)
-    srcs = [_contig(t) for t in tensors]
-    outs = srcs if in_place else [torch.empty_like(s, memory_format=torch.contiguous_format) for s in srcs]
-    ptrs, dtypes, ndims, shapes = _group_desc(srcs)
-    handle = _abi.grouped_allreduce_async(ptrs, [o.data_ptr() for o in outs], dtypes, ndims, shapes, op,
-                                          float(prescale_factor), float(postscale_factor), _set_id(process_set),
-                                          name)
-    if in_place:
-        return _track(handle, (list(tensors), srcs),
-                      lambda: [_copy_back(t, s) for t, s in zip(tensors, srcs)])
-    return _track(handle, (list(tensors), srcs, outs), lambda: list(outs))
-
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
     """Asynchronously allreduces a list of tensors as one group (negotiated
     together, fused when they fit); synchronize returns a list."""
-    op = handle_average_backwards_compatibility(op, average)
-    return _grouped_allreduce_async(tensors, False, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -231,15 +133,13 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                              process_set=global_process_set):
     """In-place grouped_allreduce_async."""
-    op = handle_average_backwards_compatibility(op, average)
-    return _grouped_allreduce_async(tensors, True, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
     """In-place grouped allreduce; returns the tensors."""
-    handle = grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
-    return synchronize(handle)
+    return _c.grouped_allreduce_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -266,21 +166,10 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 # ---------------------------------------------------------------- allgather
 
-def _engine_output(handle, index, dtype):
-    shape = _abi.handle_output_shape(handle, index)
-    out = torch.empty(shape, dtype=dtype)
-    _abi.handle_output_copy(handle, index, out.data_ptr(), out.numel() * out.element_size())
-    return out
-
-
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Asynchronously concatenates the tensor of every member of the set
     along dimension 0 (which may differ per rank)."""
-    _check_tensor(tensor)
-    src = _contig(tensor)
-    ptr, dt, shape = _desc(src)
-    handle = _abi.allgather_async(ptr, dt, shape, _set_id(process_set), name)
-    return _track(handle, (tensor, src), lambda: _engine_output(handle, 0, tensor.dtype))
+    return _c.allgather_async(tensor, name, process_set)
 
 
 class HorovodAllgather(torch.autograd.Function):
@@ -311,12 +200,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Asynchronously allgathers a list of tensors as one group."""
-    _check_group(tensors)
-    srcs = [_contig(t) for t in tensors]
-    ptrs, dtypes, ndims, shapes = _group_desc(srcs)
-    handle = _abi.grouped_allgather_async(ptrs, dtypes, ndims, shapes, _set_id(process_set), name)
-    return _track(handle, (list(tensors), srcs),
-                  lambda: [_engine_output(handle, i, t.dtype) for i, t in enumerate(tensors)])
+    return _c.grouped_allgather_async(tensors, name, process_set)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
@@ -350,23 +234,10 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # ---------------------------------------------------------------- broadcast
 
-def _broadcast_async(tensor, root_rank, name, process_set, in_place):
-    _check_tensor(tensor)
-    if in_place:
-        buf = _contig(tensor)
-    else:
-        buf = tensor.clone(memory_format=torch.contiguous_format)
-    ptr, dt, shape = _desc(buf)
-    handle = _abi.broadcast_async(ptr, dt, shape, int(root_rank), _set_id(process_set), name)
-    if in_place:
-        return _track(handle, (tensor, buf), lambda: _copy_back(tensor, buf))
-    return _track(handle, (tensor, buf), lambda: buf)
-
-
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Asynchronously broadcasts root_rank's tensor (root_rank is a global
     rank, a member of the set); the result is a new tensor."""
-    return _broadcast_async(tensor, root_rank, name, process_set, False)
+    return _c.broadcast_async(tensor, root_rank, name, process_set)
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -394,13 +265,12 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast_async."""
-    return _broadcast_async(tensor, root_rank, name, process_set, True)
+    return _c.broadcast_async_(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In-place broadcast; returns tensor."""
-    handle = broadcast_async_(tensor, root_rank, name, process_set)
-    return synchronize(handle)
+    return _c.broadcast_(tensor, root_rank, name, process_set)
 
 
 # ----------------------------------------------------------------- alltoall
@@ -409,29 +279,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Asynchronously sends splits[i] rows of tensor (dimension 0, in order)
     to the i-th member of the set; without splits dimension 0 is divided
     evenly. synchronize returns (output, received_splits)."""
-    _check_tensor(tensor)
-    if splits is not None:
-        if isinstance(splits, torch.Tensor):
-            if splits.dtype != torch.int32:
-                raise ValueError('splits must be an int32 tensor, not %s' % splits.dtype)
-            if splits.dim() != 1:
-                raise ValueError('splits must be a 1-D tensor, not %d-D' % splits.dim())
-            splits = splits.cpu().tolist()
-        else:
-            splits = list(splits)
-            for s in splits:
-                if isinstance(s, bool) or not isinstance(s, int):
-                    raise ValueError('splits must be integers, got %r' % (s,))
-    src = _contig(tensor)
-    ptr, dt, shape = _desc(src)
-    handle = _abi.alltoall_async(ptr, dt, shape, splits, _set_id(process_set), name)
-
-    def result():
-        out = _engine_output(handle, 0, tensor.dtype)
-        rs = torch.tensor(_abi.handle_received_splits(handle), dtype=torch.int32)
-        return out, rs
-
-    return _track(handle, (tensor, src), result)
+    return _c.alltoall_async(tensor, splits, name, process_set)
 
 
 class HorovodAlltoall(torch.autograd.Function):
@@ -462,24 +310,11 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ------------------------------------------------------------ reducescatter
 
-def _check_scatter_op(op):
-    if op == Adasum:
-        raise NotImplementedError('Reducescatter does not support Adasum; use op=hvd.Average or hvd.Sum')
-    if op not in (Average, Sum):
-        raise ValueError('Reducescatter only supports AVERAGE and SUM ops, not %s' % op_name(op))
-
-
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Asynchronously reduces the tensor over the set and scatters the rows:
     rank r gets d0//n + 1 rows if r < d0 % n, else d0//n."""
-    _check_tensor(tensor)
-    _check_scatter_op(op)
-    src = _contig(tensor)
-    ptr, dt, shape = _desc(src)
-    handle = _abi.reducescatter_async(ptr, dt, shape, op, float(prescale_factor), float(postscale_factor),
-                                      _set_id(process_set), name)
-    return _track(handle, (tensor, src), lambda: _engine_output(handle, 0, tensor.dtype))
+    return _c.reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor)
 
 
 class HorovodReducescatter(torch.autograd.Function):
@@ -517,14 +352,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Asynchronously reducescatters a list of tensors as one group."""
-    _check_group(tensors)
-    _check_scatter_op(op)
-    srcs = [_contig(t) for t in tensors]
-    ptrs, dtypes, ndims, shapes = _group_desc(srcs)
-    handle = _abi.grouped_reducescatter_async(ptrs, dtypes, ndims, shapes, op, float(prescale_factor),
-                                              float(postscale_factor), _set_id(process_set), name)
-    return _track(handle, (list(tensors), srcs),
-                  lambda: [_engine_output(handle, i, t.dtype) for i, t in enumerate(tensors)])
+    return _c.grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor, postscale_factor)
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
@@ -557,8 +385,3 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
                                              *tensors_compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(outs, ctxs)]
-
-
-# ------------------------------------------------ handles, join and barrier
-
-from hvd.common.handles import poll, synchronize, join, barrier  # noqa: E402,F401

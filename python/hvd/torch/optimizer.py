@@ -6,7 +6,7 @@ from contextlib import contextmanager
 import torch
 
 from hvd.common.ops import check_adasum
-from hvd.common.process_sets import global_process_set, _set_id
+from hvd.common.process_sets import global_process_set, set_id
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
@@ -514,7 +514,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     if op == Adasum and size() > 1:
         # Horovod's delta optimizer (groups and sparse_as_dense do not apply).
-        check_adasum(_set_id(process_set), size())
+        check_adasum(set_id(process_set), size())
         cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
         return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
 

@@ -28,61 +28,21 @@ requires_grad=True)`` returns a tensor whose backward sends its gradient to
 
 import torch
 
-from hvd.common import _abi
-from hvd.common.handles import track as _track
-from hvd.common.process_sets import global_process_set, _set_id
-from hvd.torch.mpi_ops import _check_tensor, _contig, _copy_back, _desc
-
-
-def _check_peer(peer, what):
-    if isinstance(peer, bool) or not isinstance(peer, int):
-        raise ValueError('hvd: %s must be a global rank (int), not %r' % (what, peer))
-
-
-def _check_tag(tag):
-    if isinstance(tag, bool) or not isinstance(tag, int) or not 0 <= tag < 1 << 32:
-        raise ValueError('hvd: tag must be an int in 0 .. 2**32-1, not %r' % (tag,))
-
-
-def _prepare(tensor, peer, what, tag):
-    """Checks the arguments; returns the detached tensor, the contiguous
-    buffer the engine uses (the same memory when already contiguous) and
-    its (pointer, dtype code, shape)."""
-    _check_tensor(tensor)
-    _check_peer(peer, what)
-    _check_tag(tag)
-    view = tensor.detach()
-    buf = _contig(view)
-    return view, buf, _desc(buf)
+from hvd.common.process_sets import global_process_set
+from hvd.torch.tensors import collectives as _c
 
 
 def isend(tensor, dst, tag=0, process_set=global_process_set):
     """Posts a send of ``tensor`` to global rank ``dst`` and returns a
     handle at once; ``synchronize(handle)`` waits and returns ``tensor``."""
-    _, buf, (ptr, dt, shape) = _prepare(tensor, dst, 'dst', tag)
-    handle = _abi.send_async(ptr, dt, shape, dst, tag, _set_id(process_set))
-    return _track(handle, (tensor, buf), lambda: tensor)
-
-
-def _send_blocking(tensor, dst, tag, process_set):
-    _, _, (ptr, dt, shape) = _prepare(tensor, dst, 'dst', tag)
-    _abi.send(ptr, dt, shape, dst, tag, _set_id(process_set))
-
-
-def _recv_blocking(tensor, src, tag, process_set):
-    view, buf, (ptr, dt, shape) = _prepare(tensor, src, 'src', tag)
-    _abi.recv(ptr, dt, shape, src, tag, _set_id(process_set))
-    _copy_back(view, buf)
-    return tensor
+    return _c.isend(tensor, dst, tag, process_set)
 
 
 def irecv(tensor, src, tag=0, process_set=global_process_set):
     """Posts a receive into ``tensor`` from global rank ``src`` and returns a
     handle at once; ``synchronize(handle)`` waits and returns ``tensor``,
     filled."""
-    view, buf, (ptr, dt, shape) = _prepare(tensor, src, 'src', tag)
-    handle = _abi.recv_async(ptr, dt, shape, src, tag, _set_id(process_set))
-    return _track(handle, (tensor, buf), lambda: (_copy_back(view, buf), tensor)[1])
+    return _c.irecv(tensor, src, tag, process_set)
 
 
 class _SendWithGrad(torch.autograd.Function):
@@ -92,13 +52,13 @@ class _SendWithGrad(torch.autograd.Function):
     def forward(ctx, tensor, dst, tag, process_set):
         ctx.dst, ctx.tag, ctx.process_set = dst, tag, process_set
         ctx.shape, ctx.dtype = tensor.shape, tensor.dtype
-        _send_blocking(tensor, dst, tag, process_set)
+        _c.send(tensor, dst, tag, process_set)
         return torch.zeros((), dtype=tensor.dtype)
 
     @staticmethod
     def backward(ctx, _anchor_grad):
         grad = torch.empty(ctx.shape, dtype=ctx.dtype)
-        _recv_blocking(grad, ctx.dst, ctx.tag, ctx.process_set)
+        _c.recv(grad, ctx.dst, ctx.tag, ctx.process_set)
         return grad, None, None, None
 
 
@@ -114,7 +74,7 @@ class _RecvWithGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        _send_blocking(grad, ctx.src, ctx.tag, ctx.process_set)
+        _c.send(grad, ctx.src, ctx.tag, ctx.process_set)
         return None, None, None, None, None
 
 
@@ -128,7 +88,7 @@ def send(tensor, dst, tag=0, process_set=global_process_set):
     returns None."""
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _SendWithGrad.apply(tensor, dst, tag, process_set)  # forward checks the arguments
-    _send_blocking(tensor, dst, tag, process_set)
+    _c.send(tensor, dst, tag, process_set)
     return None
 
 
@@ -138,7 +98,7 @@ def recv(tensor, src, tag=0, process_set=global_process_set, requires_grad=False
     values that is part of the autograd graph: when the backward pass
     reaches it, its gradient is sent back to ``src`` (same tag and set),
     where ``send``'s anchor receives it."""
-    _recv_blocking(tensor, src, tag, process_set)
+    _c.recv(tensor, src, tag, process_set)
     if not requires_grad:
         return tensor
     anchor = torch.empty(0, requires_grad=True)
