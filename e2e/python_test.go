@@ -215,3 +215,20 @@ func TestPythonSyncBatchNorm(t *testing.T) {
 		})
 	}
 }
+
+// The Python package's structure, read from its sources (and the TF/MXNet
+// modules from the plugins' golden files): an acyclic import graph of hvd.*
+// counting function-level imports, imports that follow the layers, and no
+// module using another's underscore names. Needs only pytest: nothing is
+// built or imported.
+func TestPythonStructure(t *testing.T) {
+	if out, err := exec.Command(python, "-c", "import pytest").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import pytest (apt-get install python3-pytest): %v: %s", python, err, strings.TrimSpace(string(out)))
+	}
+	cmd := exec.Command(python, append(pytestArgs, "../python/tests/test_structure.py")...)
+	cmd.Env = append(os.Environ(), "HVD_TEST_NO_INIT=1", "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !regexp.MustCompile(`\d+ passed in`).Match(out) || strings.Contains(string(out), "skipped") {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+}
