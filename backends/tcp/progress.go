@@ -148,7 +148,7 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 			continue
 		}
 		if c.opTimeout > 0 && idle > c.opTimeout {
-			return c.fail(opName, c.waitingOn(xs), fmt.Errorf("no progress for %v: the peer is alive but not taking part (stopped, swapped out or stuck?)", idle.Round(time.Second)))
+			return c.fail(opName, c.waitingOn(xs), fmt.Errorf("no progress for %v: the peer sends nothing although its connection is open (stopped, swapped out or stuck?), or the network to it is cut", idle.Round(time.Second)))
 		}
 		if p := c.waitingOn(xs); p != nil {
 			watch(opName, p.rank)
