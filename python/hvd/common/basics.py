@@ -7,7 +7,7 @@ module re-exports them under Horovod's names.
 import atexit
 
 from hvd.common import _abi, loader, state
-from hvd.common.process_sets import ProcessSet, init_process_sets, shutdown_process_sets
+from hvd.common.process_sets import ProcessSet, init_process_sets, registered, remove_id, shutdown_process_sets
 from hvd.common.state import (cross_rank, cross_size, is_homogeneous, is_initialized, local_rank,  # noqa: F401
                               local_size, rank, size)
 
@@ -148,7 +148,7 @@ class HorovodBasics:
     def _get_process_set_ids_and_ranks(self):
         """{process set id: sorted global ranks} of every registered set."""
         state.require_init()
-        return {i: list(_abi.process_set_ranks(i)) for i in _abi.process_set_ids()}
+        return registered()
 
     def _process_set_rank(self, process_set_id):
         """This process's rank inside the set; ValueError when it is not a
@@ -186,13 +186,7 @@ class HorovodBasics:
         if process_set_id == 0:
             return None
         state.require_init()
-        try:
-            _abi.remove_process_set(process_set_id)
-        except ValueError as e:
-            if getattr(e, 'hvd_code', None) == _abi.E_UNKNOWN_SET:
-                return None
-            raise
-        return process_set_id
+        return process_set_id if remove_id(process_set_id) else None
 
     def _comm_process_set_id(self, comm):
         raise ValueError('Horovod has not been built with MPI support: hvd does not use MPI, so process sets '

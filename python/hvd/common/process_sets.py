@@ -81,9 +81,21 @@ def set_id(process_set):
     return pid
 
 
-def _registered():
-    """{sorted ranks tuple: id} of every set the library knows."""
-    return {tuple(_abi.process_set_ranks(i)): i for i in _abi.process_set_ids()}
+def registered():
+    """{id: sorted global ranks} of every set the library knows."""
+    return {i: list(_abi.process_set_ranks(i)) for i in _abi.process_set_ids()}
+
+
+def remove_id(pid):
+    """Removes the set with id pid from the library (collective); False when
+    the library does not know the id."""
+    try:
+        _abi.remove_process_set(pid)
+    except ValueError as e:
+        if getattr(e, 'hvd_code', None) == _abi.E_UNKNOWN_SET:
+            return False
+        raise
+    return True
 
 
 def init_process_sets(process_set_list):
@@ -91,7 +103,7 @@ def init_process_sets(process_set_list):
     sets the library registered (by their ranks); KeyError for one it does
     not know."""
     global_process_set.ranks = list(range(state.size()))
-    known = _registered()
+    known = {tuple(ranks): i for i, ranks in registered().items()}
     for ps in process_set_list:
         key = tuple(ps.ranks)
         if key not in known:
@@ -139,10 +151,4 @@ def remove_process_set(process_set):
     process_set._invalidate()
     for ps in _id_to_process_sets.pop(pid, []):
         ps._invalidate()
-    try:
-        _abi.remove_process_set(pid)
-    except ValueError as e:
-        if getattr(e, 'hvd_code', None) == _abi.E_UNKNOWN_SET:
-            return False
-        raise
-    return True
+    return remove_id(pid)

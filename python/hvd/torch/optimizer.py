@@ -19,6 +19,54 @@ def split_list(values, n):
     return [values[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
 
 
+def _named_parameters(param_groups, named_parameters):
+    """named_parameters as a list of (name, parameter), checked as Horovod
+    does (tuples, unique names, every parameter named); generated names
+    when None."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [('allreduce.noname.%s.%s' % (i, j), v)
+                            for i, param_group in enumerate(param_groups)
+                            for j, v in enumerate(param_group['params'])]
+    # make sure that named_parameters are tuples
+    if any([not isinstance(p, tuple) for p in named_parameters]):
+        raise ValueError('named_parameters should be a sequence of '
+                         'tuples (name, parameter), usually produced by '
+                         'model.named_parameters().')
+
+    dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
+    if len(dups) > 0:
+        raise ValueError('Parameter names in named_parameters must be unique. '
+                         'Found duplicates: %s' % ', '.join(dups))
+
+    all_param_ids = {id(v) for param_group in param_groups for v in param_group['params']}
+    named_param_ids = {id(v) for k, v in named_parameters}
+    unnamed_param_ids = all_param_ids - named_param_ids
+    if len(unnamed_param_ids):
+        raise ValueError('named_parameters was specified, but one or more model '
+                         'parameters were not named. Python object ids: '
+                         '%s' % ', '.join(str(id) for id in unnamed_param_ids))
+    return named_parameters
+
+
+def _count_pass(handles, delay, p):
+    """A gradient hook's bookkeeping, as Horovod's: AssertionError when p's
+    gradient was computed more than backward_passes_per_step times before
+    step(); counts the pass; True when p's gradient is due for reduction."""
+    if p in handles and handles[p][0] is not None:
+        if delay[p] <= 0:
+            raise AssertionError(
+                'Gradients were computed more than '
+                'backward_passes_per_step times before call '
+                'to step(). Increase backward_passes_per_step to '
+                'accumulate gradients locally.')
+    assert not p.grad.requires_grad
+    assert delay[p] > 0
+    delay[p] -= 1
+    return delay[p] == 0
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
@@ -26,31 +74,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         super(self.__class__, self).__init__(params)
         self._compression = compression
 
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [('allreduce.noname.%s.%s' % (i, j), v)
-                                for i, param_group in enumerate(self.param_groups)
-                                for j, v in enumerate(param_group['params'])]
-        # make sure that named_parameters are tuples
-        if any([not isinstance(p, tuple) for p in named_parameters]):
-            raise ValueError('named_parameters should be a sequence of '
-                             'tuples (name, parameter), usually produced by '
-                             'model.named_parameters().')
-
-        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
-        if len(dups) > 0:
-            raise ValueError('Parameter names in named_parameters must be unique. '
-                             'Found duplicates: %s' % ', '.join(dups))
-
-        all_param_ids = {id(v) for param_group in self.param_groups for v in param_group['params']}
-        named_param_ids = {id(v) for k, v in named_parameters}
-        unnamed_param_ids = all_param_ids - named_param_ids
-        if len(unnamed_param_ids):
-            raise ValueError('named_parameters was specified, but one or more model '
-                             'parameters were not named. Python object ids: '
-                             '%s' % ', '.join(str(id) for id in unnamed_param_ids))
-
+        named_parameters = _named_parameters(self.param_groups, named_parameters)
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
@@ -205,18 +229,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        'Gradients were computed more than '
-                        'backward_passes_per_step times before call '
-                        'to step(). Increase backward_passes_per_step to '
-                        'accumulate gradients locally.')
-            assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
             handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if _count_pass(self._handles, self._allreduce_delay, p):
                 if self._groups is not None:
                     group = self._p_to_group[p]
                     self._group_counts[group] += 1
@@ -352,28 +366,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [('allreduce.noname.%s.%s' % (i, j), v)
-                                for i, param_group in enumerate(self.param_groups)
-                                for j, v in enumerate(param_group['params'])]
-        if any([not isinstance(p, tuple) for p in named_parameters]):
-            raise ValueError('named_parameters should be a sequence of '
-                             'tuples (name, parameter), usually produced by '
-                             'model.named_parameters().')
-        dups = _DistributedOptimizer.find_duplicates([k for k, _ in named_parameters])
-        if len(dups) > 0:
-            raise ValueError('Parameter names in named_parameters must be unique. '
-                             'Found duplicates: %s' % ', '.join(dups))
-        all_param_ids = {id(v) for param_group in self.param_groups for v in param_group['params']}
-        named_param_ids = {id(v) for k, v in named_parameters}
-        unnamed_param_ids = all_param_ids - named_param_ids
-        if len(unnamed_param_ids):
-            raise ValueError('named_parameters was specified, but one or more model '
-                             'parameters were not named. Python object ids: '
-                             '%s' % ', '.join(str(id) for id in unnamed_param_ids))
-
+        named_parameters = _named_parameters(self.param_groups, named_parameters)
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
@@ -386,10 +379,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         self._starting_models = {p: torch.zeros_like(p, requires_grad=False) for _, p in named_parameters}
         self._register_hooks()
 
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
+    set_backward_passes_per_step = _DistributedOptimizer.set_backward_passes_per_step
 
     def _register_hooks(self):
         for param_group in self.param_groups:
@@ -425,18 +415,8 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        'Gradients were computed more than '
-                        'backward_passes_per_step times before call '
-                        'to step(). Increase backward_passes_per_step to '
-                        'accumulate gradients locally.')
-            assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
             handle, ctx = None, None
-            self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if _count_pass(self._handles, self._allreduce_delay, p):
                 handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
         return hook
@@ -471,12 +451,9 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         self._handles.clear()
         return loss
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError('optimizer.zero_grad() was called after loss.backward() '
-                                 'but before optimizer.step() or optimizer.synchronize(). '
-                                 'This is prohibited as it can cause a race condition.')
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
+    # The same as _DistributedOptimizer's (its __dict__ is copied into the
+    # class DistributedOptimizer builds, so a shared base would not be seen).
+    zero_grad = _DistributedOptimizer.zero_grad
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
