@@ -232,3 +232,26 @@ func TestPythonStructure(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, out)
 	}
 }
+
+// The synthetic benchmark written as for horovod.torch (the shape of
+// Horovod's own PyTorch benchmark): SyncBatchNorm layers, DistributedOptimizer
+// averaging, with fp16 compression, or with Adasum, and broadcast optimizer
+// state; every rank ends with rank 0's parameters and running statistics.
+func TestPythonSyntheticBenchmark(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, tc := range []struct {
+		np   int
+		flag string
+	}{{2, ""}, {2, "--fp16-allreduce"}, {2, "--use-adasum"}, {3, ""}, {4, "--use-adasum"}} {
+		t.Run(fmt.Sprintf("np%d%s", tc.np, tc.flag), func(t *testing.T) {
+			args := []string{"-np", strconv.Itoa(tc.np), python, "../examples/pytorch/synthetic_benchmark.py", "--num-iters", "2"}
+			if tc.flag != "" {
+				args = append(args, tc.flag)
+			}
+			out, code := hvdrun(t, 3*time.Minute, pyEnv(pkg), args...)
+			if code != 0 || strings.Count(out, "parameters identical to rank 0") != tc.np || !strings.Contains(out, "Total img/sec on") {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 40))
+			}
+		})
+	}
+}
