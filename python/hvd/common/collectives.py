@@ -18,8 +18,10 @@ Allgather, alltoall and reducescatter outputs, whose shapes only
 negotiation knows, are copied once out of the engine. Every tensor an op
 uses stays referenced (handles.track) until synchronize returns.
 
-Arguments are checked in signature order: the tensor(s) first, then splits,
-root rank, peer and tag, then the reduce op, then the process set.
+Checks run in one order for every framework: op and the deprecated average
+are reconciled first (Horovod's rule), then the tensor(s), then splits, root
+rank, peer and tag, then the reduce op, then the scale factors and the
+process set.
 """
 import numbers
 import pickle
@@ -67,6 +69,7 @@ class TensorAdapter:
         raise NotImplementedError
 
     def nbytes(self, x):
+        """The size of x's data in bytes."""
         raise NotImplementedError
 
     def empty_like(self, x):
@@ -148,7 +151,10 @@ def barrier(process_set=global_process_set):
 class Collectives:
     """Horovod's collectives on one framework's tensors (see the module
     docstring). Method names and arguments are Horovod's; *_async methods
-    return a handle for handles.poll/synchronize; the others wait."""
+    return a handle for handles.poll/synchronize; the others wait. The
+    waiting forms that take a compression (allreduce, grouped_allreduce,
+    reducescatter, grouped_reducescatter) are the non-differentiable ones
+    hvd.numpy exposes; hvd.torch wraps the async forms in autograd instead."""
 
     def __init__(self, adapter):
         self.fw = adapter
