@@ -10,6 +10,10 @@
 //	hvdrun --check-build    # what this hvd offers, in horovodrun's table
 //	hvdrun --version
 //
+// With --host-discovery-script, --min-np or --max-np the job is elastic
+// (docs/elastic.md): workers survive resets, new hosts get new workers, the
+// host of a failed worker is blacklisted.
+//
 // Exit status: 0 when every rank exited 0; the first failing rank's status
 // (128+signal when it was killed); 2 for usage and configuration errors; 1
 // when the job could not be set up. Run `hvdrun --help` for the flags.
@@ -68,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Environ:  os.Environ(),
 		NewStore: newStore,
 		Signals:  sigs,
+
+		NewElasticStore: newElasticStore,
 	})
 	if err == nil {
 		err = job.Run(context.Background())
@@ -81,6 +87,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // newStore starts the job's rendezvous store (package sdk/rendezvous).
 func newStore(addr string, secret []byte) (launch.StoreServer, error) {
+	s, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: addr, Secret: secret})
+	if err != nil {
+		return nil, err
+	}
+	return storeAdapter{s}, nil
+}
+
+// newElasticStore starts the store of an elastic job, which the driver also
+// writes into (rendezvous.Server.Set, AddPlan).
+func newElasticStore(addr string, secret []byte) (launch.ElasticStore, error) {
 	s, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: addr, Secret: secret})
 	if err != nil {
 		return nil, err

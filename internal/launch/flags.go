@@ -35,6 +35,8 @@ type Options struct {
 	Encrypt           string        // --encrypt[=cross-host|all|off] → HVD_ENCRYPT ("" = not given)
 	CheckBuild        bool          // -cb, --check-build: print the build table instead of running
 	Command           []string      // the worker command and its arguments (non-empty unless CheckBuild)
+
+	Elastic ElasticOptions // elastic flags (elastic_flags.go)
 }
 
 // flagDef describes one hvdrun flag. names lists every spelling, the
@@ -46,8 +48,11 @@ type flagDef struct {
 	// implied, for a switch that may take a value after '=' (--encrypt or
 	// --encrypt=all), is the value when none is given.
 	implied string
-	help    string
-	set     func(o *Options, name, v string) error
+	// nargs is 2 for a flag followed by two values (--blacklist-cooldown-range
+	// MIN MAX); set then gets them joined by a space.
+	nargs int
+	help  string
+	set   func(o *Options, name, v string) error
 }
 
 // LogLevels are the values --log-level accepts (case-insensitive), as in
@@ -208,12 +213,14 @@ var flagDefs = []flagDef{
 
 var flagIndex = func() map[string]*flagDef {
 	m := make(map[string]*flagDef)
-	for i := range flagDefs {
-		for _, n := range flagDefs[i].names {
-			if _, dup := m[n]; dup {
-				panic("launch: duplicate flag " + n)
+	for _, defs := range [][]flagDef{flagDefs, elasticFlagDefs} {
+		for i := range defs {
+			for _, n := range defs[i].names {
+				if _, dup := m[n]; dup {
+					panic("launch: duplicate flag " + n)
+				}
+				m[n] = &defs[i]
 			}
-			m[n] = &flagDefs[i]
 		}
 	}
 	return m
@@ -260,6 +267,12 @@ func ParseArgs(args []string) (*Options, error) {
 			if hasVal {
 				return nil, usageErrorf("flag %s takes no value", name)
 			}
+		} else if !hasVal && def.nargs == 2 {
+			if i+2 >= len(args) {
+				return nil, usageErrorf("flag %s needs two values (%s)", name, def.metavar)
+			}
+			val = args[i+1] + " " + args[i+2]
+			i += 2
 		} else if !hasVal {
 			if i+1 >= len(args) {
 				return nil, usageErrorf("flag %s needs a value (%s)", name, def.metavar)
@@ -282,6 +295,9 @@ func (o *Options) validate() error {
 	if o.CheckBuild {
 		// As horovodrun: -cb makes -np optional and ignores the command.
 		return nil
+	}
+	if err := o.validateElastic(); err != nil {
+		return err
 	}
 	switch {
 	case o.NumProc == 0:
@@ -347,6 +363,7 @@ func Usage() string {
 		fmt.Fprintf(&b, "  %-40s %s\n", spell, d.help)
 	}
 	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout), HVD_PYTHON (the one\ninterpreter --check-build asks; default python3 in PATH and /usr/bin/python3).\n")
+	b.WriteString(elasticUsage())
 	return b.String()
 }
 

@@ -40,6 +40,9 @@ type Runtime struct {
 	// Signals delivers the signals to forward to every worker's process
 	// group (hvdrun's main subscribes SIGINT, SIGTERM and SIGHUP). May be nil.
 	Signals <-chan os.Signal
+	// NewElasticStore starts the store of an elastic job (one the driver can
+	// write into); only elastic jobs need it.
+	NewElasticStore ElasticStoreFactory
 }
 
 // Defaults for the knobs read from the environment.
@@ -61,6 +64,9 @@ type Job struct {
 	KillGrace      time.Duration
 	SSH            []string // ssh command (HVD_SSH split on blanks, or "ssh")
 	Dir            string
+	// Elastic is the plan of an elastic job (nil for a static one); Slots
+	// is then empty until Run has discovered the first world.
+	Elastic *ElasticPlan
 
 	rt Runtime
 }
@@ -106,31 +112,16 @@ func NewJob(o *Options, rt Runtime) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.Slots, err = Assign(hosts, o.NumProc); err != nil {
+	if o.IsElastic() {
+		if j.Elastic, err = newElasticPlan(o, hosts, rt.Environ); err != nil {
+			return nil, err
+		}
+	} else if j.Slots, err = Assign(hosts, o.NumProc); err != nil {
 		return nil, err
 	}
-	var firstRemote string
-	for _, s := range j.Slots {
-		local := IsLocalHost(s.Hostname, rt.Hostname, rt.LocalIPs)
-		j.Local[s.Hostname] = local
-		if !local && firstRemote == "" {
-			firstRemote = s.Hostname
-		}
+	if err := j.pickRendezvous(); err != nil {
+		return nil, err
 	}
-
-	switch {
-	case firstRemote == "":
-		j.RendezvousAddr = "127.0.0.1"
-	case len(o.NetworkInterfaces) > 0:
-		if j.RendezvousAddr, err = InterfaceIPv4(o.NetworkInterfaces[0]); err != nil {
-			return nil, err
-		}
-	default:
-		if j.RendezvousAddr, err = RouteSourceIPv4(firstRemote); err != nil {
-			return nil, err
-		}
-	}
-	j.BindAddr = StoreBindAddr(j.RendezvousAddr)
 
 	if j.Extra, err = ExtraEnv(o.Env, rt.Environ); err != nil {
 		return nil, err
@@ -160,6 +151,36 @@ func NewJob(o *Options, rt Runtime) (*Job, error) {
 		j.SSH = strings.Fields(v)
 	}
 	return j, nil
+}
+
+// pickRendezvous decides, from the hosts of j.Slots, which of them are this
+// machine and the address workers dial for the store: loopback when every
+// host is local, else the address of --network-interfaces or the one the
+// route to the first remote host leaves from.
+func (j *Job) pickRendezvous() error {
+	var firstRemote string
+	for _, s := range j.Slots {
+		local := IsLocalHost(s.Hostname, j.rt.Hostname, j.rt.LocalIPs)
+		j.Local[s.Hostname] = local
+		if !local && firstRemote == "" {
+			firstRemote = s.Hostname
+		}
+	}
+	var err error
+	switch {
+	case firstRemote == "":
+		j.RendezvousAddr = "127.0.0.1"
+	case len(j.Opts.NetworkInterfaces) > 0:
+		if j.RendezvousAddr, err = InterfaceIPv4(j.Opts.NetworkInterfaces[0]); err != nil {
+			return err
+		}
+	default:
+		if j.RendezvousAddr, err = RouteSourceIPv4(firstRemote); err != nil {
+			return err
+		}
+	}
+	j.BindAddr = StoreBindAddr(j.RendezvousAddr)
+	return nil
 }
 
 // sshArgv is the ssh command line that runs script on host. It never

@@ -61,6 +61,9 @@ type exitEvent struct {
 // outlives it; a process that left its group (setsid) is out of reach.
 // Run must be called at most once.
 func (j *Job) Run(ctx context.Context) error {
+	if j.Elastic != nil {
+		return j.runElastic(ctx)
+	}
 	stderr := &lockedWriter{w: j.rt.Stderr}
 	stdout := &lockedWriter{w: j.rt.Stdout}
 	if j.rt.Stdout == j.rt.Stderr {
@@ -191,6 +194,12 @@ func (j *Job) checkSSH(ctx context.Context, host string) error {
 // start launches one rank in its own process group with its output pumped
 // through the rank prefixes (and into --output-filename files).
 func (j *Job) start(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.Writer) (*worker, error) {
+	return j.startAs(slot, jobEnv, secretHex, stdout, stderr, strconv.Itoa(slot.Rank), RankDirName(slot.Rank, slot.Size))
+}
+
+// startAs is start with the output labelled "[label]<stdout>:" and the
+// --output-filename folder named dirName.
+func (j *Job) startAs(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.Writer, label, dirName string) (*worker, error) {
 	w := &worker{slot: slot, remote: !j.Local[slot.Hostname]}
 	cmd := &exec.Cmd{
 		Dir:         j.Dir,
@@ -216,7 +225,7 @@ func (j *Job) start(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.
 
 	var raw [2]io.Writer
 	if j.Opts.OutputDir != "" {
-		dir := filepath.Join(j.Opts.OutputDir, RankDirName(slot.Rank, slot.Size))
+		dir := filepath.Join(j.Opts.OutputDir, dirName)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("--output-filename: %w", err)
 		}
@@ -252,7 +261,7 @@ func (j *Job) start(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.
 	}
 	w.cmd, w.pgid = cmd, cmd.Process.Pid
 	for i, dst := range []io.Writer{stdout, stderr} {
-		prefix := StreamPrefix(slot.Rank, []string{"stdout", "stderr"}[i])
+		prefix := "[" + label + "]<" + []string{"stdout", "stderr"}[i] + ">:"
 		w.pumps.Add(1)
 		go func() {
 			defer w.pumps.Done()

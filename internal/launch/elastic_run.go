@@ -1,0 +1,639 @@
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The elastic driver (docs/elastic.md, "Launcher"). One goroutine, the
+// loop of runElastic, owns every field of elasticDriver; discovery runs in a
+// poller goroutine and each worker's exit is waited for in its own
+// goroutine (supervisor.add), both reporting over channels.
+
+// ScopeElastic is the store scope the driver publishes worlds in.
+const ScopeElastic = "elastic"
+
+// eWorker is one elastic worker process.
+type eWorker struct {
+	id       string
+	epoch    int // the world it was started into
+	proc     *worker
+	exited   bool
+	failure  *ExitError // set when it exited non-zero or was killed by a signal
+	stopping bool       // the driver stopped it (removed, host blacklisted, job ending)
+	killAt   time.Time  // SIGKILL after this once stopping
+}
+
+type elasticDriver struct {
+	j         *Job
+	p         *ElasticPlan
+	store     ElasticStore
+	secretHex string
+	jobEnv    []KV
+	stdout    *lockedWriter
+	stderr    *lockedWriter
+	sup       *supervisor
+	byPgid    map[int]*eWorker
+	byID      map[string]*eWorker // the newest process of each worker id
+	running   int                 // processes not yet exited
+
+	discovered []Host
+	order      []string
+	bl         *Blacklist
+	avail      map[string]int // available hosts at the last evaluation
+
+	epoch        int
+	world        []Slot // the current world; nil before the first
+	resets       int
+	flags        HostUpdate // host changes not yet published
+	resetPending bool       // a failure needs a new world
+	waitSince    time.Time  // waiting for --min-np slots since
+	finishing    bool       // a worker of the current world exited 0
+	lastSeq      int64
+
+	discOK      time.Time // last successful discovery
+	discFailing bool
+
+	ending bool
+	result *ExitError
+}
+
+// runElastic runs an elastic job: Run calls it when j.Elastic is set.
+// It returns nil when the job succeeded, else an *ExitError (Reported
+// when the driver printed it), or another error when the job could not be set
+// up.
+func (j *Job) runElastic(ctx context.Context) error {
+	if j.rt.NewElasticStore == nil {
+		return fmt.Errorf("hvdrun: internal error: no elastic rendezvous store factory")
+	}
+	p := j.Elastic
+	stderr := &lockedWriter{w: j.rt.Stderr}
+	stdout := &lockedWriter{w: j.rt.Stdout}
+	if j.rt.Stdout == j.rt.Stderr {
+		stdout = stderr
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return fmt.Errorf("hvdrun: generating the job's secret key: %w", err)
+	}
+	d := &elasticDriver{
+		j: j, p: p, secretHex: hex.EncodeToString(secret), stdout: stdout, stderr: stderr,
+		byPgid: map[int]*eWorker{}, byID: map[string]*eWorker{},
+		bl:    NewBlacklist(p.CooldownMin, p.CooldownMax, p.Rand),
+		avail: map[string]int{},
+	}
+	if j.Opts.OutputDir != "" {
+		if err := os.MkdirAll(j.Opts.OutputDir, 0o755); err != nil {
+			return fmt.Errorf("hvdrun: --output-filename: %w", err)
+		}
+	}
+
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	disc := make(chan discoveryResult)
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		p.pollDiscovery(pollCtx, j.Dir, exportableEnviron(j.rt.Environ), disc)
+	}()
+	defer func() { stopPoll(); <-pollDone }()
+
+	// The first world: -np slots within --elastic-timeout.
+	first, err := d.waitFirstWorld(ctx, disc)
+	if err != nil {
+		return err
+	}
+	j.Slots = first
+	if err := j.pickRendezvous(); err != nil {
+		return err
+	}
+	store, err := j.rt.NewElasticStore(j.BindAddr, secret)
+	if err != nil {
+		return fmt.Errorf("hvdrun: starting the rendezvous store on %s: %w", j.BindAddr, err)
+	}
+	defer store.Close()
+	if err := store.Init(RendezvousPlan(first)); err != nil {
+		return fmt.Errorf("hvdrun: initialising the rendezvous store: %w", err)
+	}
+	d.store = store
+	d.jobEnv = JobEnv(j.Opts, j.RendezvousAddr, store.Port())
+	if j.Opts.Verbose {
+		j.describe(stderr, store.Port())
+	}
+	d.sup = &supervisor{job: j, stderr: stderr, exits: make(chan exitEvent, 64)}
+	defer d.sup.closeAll()
+
+	d.publish(first, time.Now())
+	d.loop(ctx, disc)
+	stopPoll()
+	<-pollDone
+	d.sup.cleanup()
+	if d.result != nil {
+		return d.result
+	}
+	return nil
+}
+
+// waitFirstWorld takes discovery results until -np slots are available
+// (the first run must succeed) and returns the first world's slots.
+func (d *elasticDriver) waitFirstWorld(ctx context.Context, disc <-chan discoveryResult) ([]Slot, error) {
+	p := d.p
+	start := time.Now()
+	deadline := time.NewTimer(p.Timeout)
+	defer deadline.Stop()
+	firstRun := true
+	for {
+		select {
+		case r := <-disc:
+			now := time.Now()
+			if r.err != nil {
+				if firstRun {
+					return nil, &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + r.err.Error() + " (its first run must succeed)"}
+				}
+				d.discoveryFailed(r.err, now)
+				continue
+			}
+			firstRun = false
+			d.discoveryOK(r.hosts, now)
+			d.avail = d.bl.Available(d.discovered, now)
+			if n := AvailableSlots(d.avail); n >= p.NP {
+				return AssignWorld(d.order, d.avail, p.MaxNP), nil
+			}
+		case <-deadline.C:
+			return nil, &ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
+				"elastic: fewer than -np %d slots within --elastic-timeout %v: %d available (%s)",
+				p.NP, p.Timeout, AvailableSlots(d.avail), FormatAvailable(d.order, d.avail))}
+		case sig := <-d.j.rt.Signals:
+			return nil, &ExitError{Code: signalCode(sig), Rank: -1, Reason: fmt.Sprintf("interrupted by %s while waiting for hosts (after %v)", signalName(sig), time.Since(start).Round(time.Millisecond))}
+		case <-ctx.Done():
+			return nil, &ExitError{Code: 128 + int(syscall.SIGTERM), Rank: -1, Reason: "cancelled while waiting for hosts"}
+		}
+	}
+}
+
+func signalCode(sig os.Signal) int {
+	if ss, ok := sig.(syscall.Signal); ok {
+		return 128 + int(ss)
+	}
+	return 130
+}
+
+func (d *elasticDriver) printf(format string, args ...any) {
+	d.stderr.printf("hvdrun: elastic: "+format+"\n", args...)
+}
+
+func (d *elasticDriver) discoveryOK(hosts []Host, now time.Time) {
+	if d.discFailing {
+		d.printf("host discovery works again")
+	}
+	d.discFailing = false
+	d.discOK = now
+	d.discovered = hosts
+	d.order = UpdateOrder(d.order, hosts)
+}
+
+func (d *elasticDriver) discoveryFailed(err error, now time.Time) {
+	if !d.discFailing {
+		d.printf("%v; retrying every %v for up to --elastic-timeout %v", err, d.p.DiscoveryInterval, d.p.Timeout)
+	}
+	d.discFailing = true
+}
+
+// loop runs until the job has ended and every process has exited.
+func (d *elasticDriver) loop(ctx context.Context, disc <-chan discoveryResult) {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	done := ctx.Done()
+	for !(d.ending && d.running == 0) {
+		select {
+		case r := <-disc:
+			now := time.Now()
+			if r.err != nil {
+				d.discoveryFailed(r.err, now)
+				continue
+			}
+			d.discoveryOK(r.hosts, now)
+			if !d.ending && !d.finishing {
+				d.evaluate(now)
+			}
+		case ev := <-d.sup.exits:
+			d.onExit(ev, time.Now())
+		case sig := <-d.j.rt.Signals:
+			if ss, ok := sig.(syscall.Signal); ok {
+				d.interrupt(ss, "received "+signalName(sig))
+			}
+		case <-done:
+			done = nil
+			d.interrupt(syscall.SIGTERM, "cancelled")
+		case now := <-tick.C:
+			d.onTick(now)
+		}
+	}
+}
+
+// onTick kills stopped workers whose grace is over and checks the waits
+// bounded by --elastic-timeout.
+func (d *elasticDriver) onTick(now time.Time) {
+	for _, w := range d.byPgid {
+		if w.stopping && !w.killAt.IsZero() && now.After(w.killAt) {
+			_ = syscall.Kill(-w.proc.pgid, syscall.SIGKILL)
+			w.killAt = time.Time{}
+		}
+	}
+	if d.ending {
+		return
+	}
+	if d.discFailing && now.Sub(d.discOK) > d.p.Timeout {
+		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf("elastic: host discovery has failed for longer than --elastic-timeout %v", d.p.Timeout)})
+		return
+	}
+	if !d.waitSince.IsZero() && now.Sub(d.waitSince) > d.p.Timeout {
+		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
+			"elastic: fewer than --min-np %d slots within --elastic-timeout %v: %d available (%s)%s",
+			d.p.MinNP, d.p.Timeout, AvailableSlots(d.avail), FormatAvailable(d.order, d.avail), d.blacklistNote(now))})
+		return
+	}
+	// While waiting for slots, a cooldown may end between discovery runs.
+	if !d.waitSince.IsZero() && !d.finishing {
+		d.evaluate(now)
+	}
+}
+
+// blacklistNote lists the blacklisted discovered hosts for messages.
+func (d *elasticDriver) blacklistNote(now time.Time) string {
+	var bl []string
+	for _, h := range d.discovered {
+		if d.bl.Blocked(h.Name, now) {
+			bl = append(bl, h.Name)
+		}
+	}
+	if len(bl) == 0 {
+		return ""
+	}
+	return "; blacklisted: " + strings.Join(bl, ",")
+}
+
+// evaluate recomputes the available hosts and publishes a new world when a
+// failure needs one or the hosts changed the assignment, and enough slots
+// are there; otherwise it waits (bounded by --elastic-timeout, see onTick).
+func (d *elasticDriver) evaluate(now time.Time) {
+	avail := d.bl.Available(d.discovered, now)
+	d.flags |= DiffHosts(d.avail, avail)
+	d.avail = avail
+	if !d.resetPending && d.flags == 0 {
+		return
+	}
+	next := AssignWorld(d.order, avail, d.p.MaxNP)
+	if !d.resetPending && SameWorld(next, d.world) {
+		// As Horovod: a change that leaves the assignment as it is is not
+		// worth a reset.
+		d.flags = 0
+		d.waitSince = time.Time{}
+		return
+	}
+	if len(next) < d.p.MinNP {
+		if d.waitSince.IsZero() {
+			d.waitSince = now
+			d.printf("waiting up to --elastic-timeout %v for --min-np %d slots: %d available (%s)%s",
+				d.p.Timeout, d.p.MinNP, len(next), FormatAvailable(d.order, avail), d.blacklistNote(now))
+		}
+		return
+	}
+	d.publish(next, now)
+}
+
+// publish makes next the current world: it checks that a worker of the
+// current world survives into it and that --reset-limit allows another
+// reset, writes assign.<N> then epoch (then hosts_updated when discovery
+// changed the hosts), stops the workers it removes and starts workers on the
+// new slots.
+func (d *elasticDriver) publish(next []Slot, now time.Time) {
+	if d.world != nil {
+		survivors := 0
+		for _, s := range next {
+			if w := d.byID[WorkerID(s)]; w != nil && d.alive(w) {
+				survivors++
+			}
+		}
+		if survivors == 0 {
+			d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
+				"elastic: no worker of world %d is alive in the next world (%s), so none can hand on the training state", d.epoch, describeSlots(next))})
+			return
+		}
+		if d.p.ResetLimit >= 0 && d.resets >= d.p.ResetLimit {
+			d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
+				"elastic: the job has been reset %d times, the --reset-limit; not starting world %d (%s)", d.resets, d.epoch+1, describeSlots(next))})
+			return
+		}
+		d.epoch++
+		d.resets++
+	}
+	epoch := d.epoch
+	a := NewAssignment(epoch, next, d.world)
+	if epoch > 0 {
+		plan := map[string]int{}
+		for k, v := range RendezvousPlan(next) {
+			plan[epochScope(k, epoch)] = v
+		}
+		d.store.AddPlan(plan)
+	}
+	d.store.Set(ScopeElastic, "assign."+strconv.Itoa(epoch), a.JSON())
+	d.store.Set(ScopeElastic, "epoch", []byte(strconv.Itoa(epoch)))
+
+	inNext := map[string]bool{}
+	for _, s := range next {
+		inNext[WorkerID(s)] = true
+	}
+	var removed, started []string
+	for _, s := range d.world {
+		id := WorkerID(s)
+		if w := d.byID[id]; w != nil && !inNext[id] && d.alive(w) {
+			d.stop(w, now)
+			removed = append(removed, id)
+		}
+	}
+	prev := d.world
+	d.world = next
+	d.resetPending = false
+	d.waitSince = time.Time{}
+	for _, s := range next {
+		id := WorkerID(s)
+		if w := d.byID[id]; w != nil && d.alive(w) {
+			continue
+		}
+		if err := d.startWorker(s, epoch); err != nil {
+			// The world is published; treat it as the worker failing.
+			d.failStart(s, err, now)
+			if d.ending {
+				return
+			}
+			continue
+		}
+		started = append(started, id)
+	}
+	if d.flags != 0 && prev != nil {
+		seq := max(now.UnixNano(), d.lastSeq+1)
+		d.lastSeq = seq
+		d.store.Set(ScopeElastic, "hosts_updated", []byte(fmt.Sprintf("%d,%d", seq, int(d.flags))))
+	}
+	d.flags = 0
+	msg := fmt.Sprintf("world %d: %d workers on %s", epoch, len(next), FormatAvailable(d.order, hostSlots(next)))
+	if len(started) > 0 {
+		msg += "; started " + strings.Join(started, " ")
+	}
+	if len(removed) > 0 {
+		msg += "; removed " + strings.Join(removed, " ")
+	}
+	d.printf("%s", msg)
+}
+
+// epochScope is rendezvous.EpochScope (kept here so that launch does not
+// import the SDK).
+func epochScope(scope string, epoch int) string {
+	if epoch <= 0 {
+		return scope
+	}
+	return scope + ".e" + strconv.Itoa(epoch)
+}
+
+func hostSlots(slots []Slot) map[string]int {
+	m := map[string]int{}
+	for _, s := range slots {
+		m[s.Hostname]++
+	}
+	return m
+}
+
+func describeSlots(slots []Slot) string {
+	if len(slots) == 0 {
+		return "no slots"
+	}
+	ids := make([]string, len(slots))
+	for i, s := range slots {
+		ids[i] = WorkerID(s)
+	}
+	return strings.Join(ids, " ")
+}
+
+func (d *elasticDriver) alive(w *eWorker) bool { return !w.exited && !w.stopping }
+
+// startWorker starts the worker of slot s into world epoch.
+func (d *elasticDriver) startWorker(s Slot, epoch int) error {
+	j := d.j
+	id := WorkerID(s)
+	if _, known := j.Local[s.Hostname]; !known {
+		j.Local[s.Hostname] = IsLocalHost(s.Hostname, j.rt.Hostname, j.rt.LocalIPs)
+	}
+	if !j.Local[s.Hostname] {
+		if ip := net.ParseIP(j.RendezvousAddr); ip != nil && ip.IsLoopback() {
+			return fmt.Errorf("host %s is not this machine, but the rendezvous store listens on loopback only because the first world's hosts were all local; give --network-interfaces so that remote hosts can join", s.Hostname)
+		}
+	}
+	env := append(append([]KV(nil), d.jobEnv...), d.p.WorkerEnv(id, epoch)...)
+	dirName := fmt.Sprintf("worker.%s.%d.e%d", s.Hostname, s.LocalRank, epoch)
+	w, err := j.startAs(s, env, d.secretHex, d.stdout, d.stderr, id, dirName)
+	if err != nil {
+		return err
+	}
+	ew := &eWorker{id: id, epoch: epoch, proc: w}
+	d.byPgid[w.pgid] = ew
+	d.byID[id] = ew
+	d.running++
+	d.sup.add(w)
+	return nil
+}
+
+// failStart handles a worker that could not be started: a command that is
+// not there ends the job (every host would fail the same way); otherwise the
+// host is blacklisted like a failed worker's.
+func (d *elasticDriver) failStart(s Slot, err error, now time.Time) {
+	code := 1
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		code = 127
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.ENOEXEC):
+		code = 126
+	}
+	e := &ExitError{Code: code, Rank: -1, Reason: fmt.Sprintf("elastic: worker %s could not start: %v", WorkerID(s), err)}
+	if code != 1 {
+		d.end(e)
+		return
+	}
+	d.printf("worker %s could not start: %v", WorkerID(s), err)
+	ew := &eWorker{id: WorkerID(s), exited: true, failure: e}
+	d.byID[ew.id] = ew
+	d.hostFailed(ew, now)
+}
+
+// stop sends SIGTERM to a worker's process group (SIGKILL after the grace).
+func (d *elasticDriver) stop(w *eWorker, now time.Time) {
+	w.stopping = true
+	if w.exited {
+		return
+	}
+	_ = syscall.Kill(-w.proc.pgid, syscall.SIGTERM)
+	w.killAt = now.Add(d.j.KillGrace)
+}
+
+// onExit handles the exit of a worker process.
+func (d *elasticDriver) onExit(ev exitEvent, now time.Time) {
+	w := d.byPgid[ev.w.pgid]
+	if w == nil || w.exited {
+		return
+	}
+	w.exited = true
+	d.running--
+	if w.stopping || d.ending {
+		return
+	}
+	e := exitFailure(ev)
+	if e == nil {
+		d.finishing = true
+		d.checkFinished()
+		return
+	}
+	what := fmt.Sprintf("worker %s (rank %d of world %d) %s", w.id, d.rankOf(w.id), d.epoch, e.Reason)
+	e.Rank, e.Reason = -1, "elastic: "+what
+	w.failure = e
+	if d.finishing {
+		d.end(e)
+		return
+	}
+	d.printf("%s", what)
+	// Every worker of this world failed: the job fails, as Horovod's.
+	all := true
+	var fails []string
+	for _, s := range d.world {
+		x := d.byID[WorkerID(s)]
+		if x == nil || x.failure == nil {
+			all = false
+			break
+		}
+		fails = append(fails, x.id)
+	}
+	if all {
+		d.end(&ExitError{Code: e.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every worker of world %d failed (%s); the last: %s", d.epoch, strings.Join(fails, " "), what)})
+		return
+	}
+	d.hostFailed(w, now)
+}
+
+// hostFailed blacklists the host of a failed worker, stops the host's other
+// workers and asks for the next world.
+func (d *elasticDriver) hostFailed(w *eWorker, now time.Time) {
+	host := w.id[:strings.LastIndexByte(w.id, ':')]
+	how := "for good"
+	if cooldown := d.bl.Add(host, now); cooldown > 0 {
+		how = "for " + cooldown.Round(time.Millisecond).String()
+	}
+	allOut := len(d.discovered) > 0
+	for _, h := range d.discovered {
+		if h.Slots > 0 && !d.bl.Blocked(h.Name, now) {
+			allOut = false
+		}
+	}
+	if allOut {
+		d.end(&ExitError{Code: w.failure.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every host is blacklisted (%s); the last: %s", d.blacklistNote(now)[len("; blacklisted: "):], strings.TrimPrefix(w.failure.Reason, "elastic: "))})
+		return
+	}
+	var stopped []string
+	for _, s := range d.world {
+		if s.Hostname != host {
+			continue
+		}
+		if x := d.byID[WorkerID(s)]; x != nil && d.alive(x) {
+			d.stop(x, now)
+			stopped = append(stopped, x.id)
+		}
+	}
+	msg := fmt.Sprintf("blacklisting host %s %s", host, how)
+	if len(stopped) > 0 {
+		msg += "; stopping its other workers " + strings.Join(stopped, " ")
+	}
+	d.printf("%s", msg)
+	d.resetPending = true
+	d.evaluate(now)
+}
+
+func (d *elasticDriver) rankOf(id string) int {
+	for _, s := range d.world {
+		if WorkerID(s) == id {
+			return s.Rank
+		}
+	}
+	return -1
+}
+
+// checkFinished ends the job once a worker of the current world exited 0
+// and no worker of it is still running: success when none of them failed.
+func (d *elasticDriver) checkFinished() {
+	for _, s := range d.world {
+		if w := d.byID[WorkerID(s)]; w != nil && d.alive(w) {
+			return
+		}
+	}
+	for _, s := range d.world {
+		if w := d.byID[WorkerID(s)]; w != nil && w.failure != nil {
+			d.end(w.failure)
+			return
+		}
+	}
+	d.ending = true
+}
+
+// end decides the job's failure, reports it and stops every worker.
+func (d *elasticDriver) end(e *ExitError) {
+	if d.ending {
+		return
+	}
+	d.ending = true
+	d.result = e
+	e.Reported = true
+	if d.running > 0 {
+		d.stderr.printf("%s; stopping %s\n", e.Error(), plural(d.running, "worker"))
+	} else {
+		d.stderr.printf("%s\n", e.Error())
+	}
+	d.stopAll(syscall.SIGTERM)
+}
+
+// interrupt forwards a signal to every worker and ends the job.
+func (d *elasticDriver) interrupt(sig syscall.Signal, why string) {
+	d.stderr.printf("hvdrun: %s; forwarding %s to %s\n", why, signalName(sig), plural(d.running, "running worker"))
+	if !d.ending {
+		d.ending = true
+		d.result = &ExitError{Code: 128 + int(sig), Rank: -1, Reason: why, Reported: true}
+	}
+	d.stopAll(sig)
+}
+
+func (d *elasticDriver) stopAll(sig syscall.Signal) {
+	now := time.Now()
+	var pgids []int
+	for pgid := range d.byPgid {
+		pgids = append(pgids, pgid)
+	}
+	sort.Ints(pgids)
+	for _, pgid := range pgids {
+		w := d.byPgid[pgid]
+		if w.exited {
+			continue
+		}
+		w.stopping = true
+		_ = syscall.Kill(-pgid, sig)
+		if w.killAt.IsZero() {
+			w.killAt = now.Add(d.j.KillGrace)
+		}
+	}
+}
