@@ -52,6 +52,17 @@ func (w *World) agree(what, proposal string) error {
 // sent) and returns it once its members are connected. The id is the
 // oldest freed id, else the next one.
 func (w *World) AddProcessSet(ranks []int) (*ProcessSet, error) {
+	return w.addSet(SetSpec{Ranks: slices.Clone(ranks)})
+}
+
+// AddProcessSetSpec is AddProcessSet for a spec: its ranks are spec's in
+// this world, and after an elastic reset it is registered again from the
+// spec (a Func is evaluated for the new size; see docs/elastic.md).
+func (w *World) AddProcessSetSpec(spec SetSpec) (*ProcessSet, error) {
+	return w.addSet(spec)
+}
+
+func (w *World) addSet(spec SetSpec) (*ProcessSet, error) {
 	if err := w.alive(); err != nil {
 		return nil, err
 	}
@@ -60,6 +71,10 @@ func (w *World) AddProcessSet(ranks []int) (*ProcessSet, error) {
 	}
 	w.dynMu.Lock()
 	defer w.dynMu.Unlock()
+	ranks, err := spec.eval(w.id.Size)
+	if err != nil {
+		return nil, err
+	}
 	sets, err := normaliseSets([][]int{ranks}, w.id.Size)
 	if err != nil {
 		return nil, err
@@ -85,6 +100,7 @@ func (w *World) AddProcessSet(ranks []int) (*ProcessSet, error) {
 		sc.close()
 		return nil, err
 	}
+	w.reg.added(id, spec, sorted)
 	return w.ProcessSet(id)
 }
 
@@ -125,8 +141,8 @@ func (w *World) RemoveProcessSet(ps *ProcessSet) error {
 	w.mu.Lock()
 	delete(w.sets, ps.id)
 	w.order = slices.DeleteFunc(w.order, func(id int) bool { return id == ps.id })
-	w.freeIDs = append(w.freeIDs, ps.id)
 	w.mu.Unlock()
+	w.reg.removed(ps.id)
 	if ps.eng != nil {
 		ps.eng.Close(removed)
 	}
@@ -137,14 +153,4 @@ func (w *World) RemoveProcessSet(ps *ProcessSet) error {
 }
 
 // nextSetID reuses the oldest freed id, as Horovod does.
-func (w *World) nextSetID() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.freeIDs) > 0 {
-		id := w.freeIDs[0]
-		w.freeIDs = w.freeIDs[1:]
-		return id
-	}
-	w.maxID++
-	return w.maxID
-}
+func (w *World) nextSetID() int { return w.reg.nextID() }

@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
@@ -28,4 +29,13 @@ var (
 	ErrShutdown = engine.ErrShutdown
 	// ErrPeerFailure: a peer died or broke the protocol (see backends).
 	ErrPeerFailure = backends.ErrPeerFailure
+	// ErrRemoved: the elastic driver removed this worker from the job
+	// (docs/elastic.md); the worker should exit 0.
+	ErrRemoved = errors.New("hvd: this worker has been removed from the elastic job")
+	// ErrHostsUpdated: hosts were added or removed (elastic); returned as a
+	// *HostsUpdatedError by CheckHostUpdates and Commit.
+	ErrHostsUpdated = errors.New("hvd: hosts updated")
+	// ErrSetUnregistered: a process set could not be re-registered after an
+	// elastic reset (its ranks no longer exist); wraps ErrUnknownSet.
+	ErrSetUnregistered = fmt.Errorf("%w: unregistered at an elastic reset", ErrUnknownSet)
 )

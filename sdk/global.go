@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"context"
+	"os"
 	"sync"
 )
 
@@ -9,6 +10,9 @@ import (
 var (
 	globalMu sync.Mutex
 	current  *World
+	// elasticWorker is this process's elastic Worker (HOROVOD_ELASTIC=1):
+	// it outlives Shutdown, so the next Init joins the next world.
+	elasticWorker *Worker
 )
 
 // inits counts successful Inits in this process (Config.Generation).
@@ -18,10 +22,34 @@ var inits int
 // again while initialised is harmless and changes nothing (new process sets
 // are not registered, as in Horovod); Init after Shutdown starts a new World
 // (elastic resets rely on it).
+//
+// In an elastic worker (HOROVOD_ELASTIC=1, started by hvdrun's elastic
+// driver) Init joins the next world the driver assigns (Worker.Init); the
+// first Init's process sets and dynamic mode hold for every later world,
+// whatever later calls pass.
 func Init(cfg Config) error {
 	globalMu.Lock()
 	defer globalMu.Unlock()
 	if current != nil {
+		return nil
+	}
+	getenv := cfg.Getenv
+	if getenv == nil {
+		getenv = os.LookupEnv
+	}
+	if elasticWorker != nil || IsElastic(getenv) {
+		if elasticWorker == nil {
+			wk, err := NewWorker(cfg)
+			if err != nil {
+				return err
+			}
+			elasticWorker = wk
+		}
+		w, err := elasticWorker.Init(context.Background())
+		if err != nil {
+			return err
+		}
+		current = w
 		return nil
 	}
 	if cfg.Generation == 0 {
@@ -74,4 +102,36 @@ func GlobalProcessSet() (*ProcessSet, error) {
 		return nil, err
 	}
 	return w.GlobalProcessSet(), nil
+}
+
+// ElasticWorker returns this process's elastic Worker (nil unless Init ran
+// in an elastic worker).
+func ElasticWorker() *Worker {
+	globalMu.Lock()
+	defer globalMu.Unlock()
+	return elasticWorker
+}
+
+// Run is Worker.Run on the process-wide world: Horovod's hvd.elastic.run
+// for Go programs. Init must have been called. Outside an elastic job it
+// syncs st and calls fn once.
+func Run(st State, fn func(w *World) error) error {
+	wk := ElasticWorker()
+	if wk == nil {
+		w, err := Current()
+		if err != nil {
+			return err
+		}
+		if err := syncState(w, st, false); err != nil {
+			return err
+		}
+		return fn(w)
+	}
+	join := func() (*World, error) {
+		if err := Init(wk.cfg); err != nil {
+			return nil, err
+		}
+		return Current()
+	}
+	return wk.run(st, fn, join, Shutdown)
 }

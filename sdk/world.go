@@ -60,6 +60,19 @@ type Config struct {
 	Dynamic bool
 	// Logf receives warnings (stall inspector); nil writes to stderr.
 	Logf func(format string, args ...any)
+	// SetSpecs are more static process sets, registered after ProcessSets:
+	// fixed ranks or a function of the world size, re-registered after
+	// every elastic reset (setspecs.go, docs/elastic.md).
+	SetSpecs []SetSpec
+	// ElasticStore, when set, replaces the job store's "elastic" scope for
+	// an elastic worker (tests play the driver with it; elastic.go).
+	ElasticStore ElasticStore
+
+	// Set by an elastic Worker (elastic.go): the registry that outlives
+	// this World, rank 0's sets adopted, and the wait for peers.
+	specs       *setRegistry
+	elastic     bool
+	joinTimeout time.Duration
 }
 
 // World is one rank's membership in a job. Its methods are safe for
@@ -85,8 +98,7 @@ type World struct {
 	dynamic bool
 	dynMu   sync.Mutex   // serialises add/remove
 	dynSeq  atomic.Int64 // names of the agreement allgathers
-	freeIDs []int        // removed ids, oldest first
-	maxID   int
+	reg     *setRegistry // process set specs, ids and free ids (setspecs.go)
 
 	mu     sync.RWMutex
 	sets   map[int]*ProcessSet
@@ -131,13 +143,16 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		}
 	}
 	// Validate the process sets before anything is registered or connected.
-	sets, err := normaliseSets(cfg.ProcessSets, id.Size)
+	reg := cfg.specs
+	if reg == nil {
+		reg = newSetRegistry(cfg.ProcessSets, cfg.SetSpecs)
+	}
+	plan, err := reg.plan(id.Size, !cfg.elastic)
 	if err != nil {
 		return nil, err
 	}
 	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: k.backend, knobs: k,
-		spin: k.spin, dynamic: cfg.Dynamic || k.dynamic}
-	w.maxID = len(sets)
+		spin: k.spin, dynamic: cfg.Dynamic || k.dynamic, reg: reg}
 	w.logf = cfg.Logf
 	if w.logf == nil {
 		w.logf = func(format string, args ...any) {
@@ -169,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(ctx, id.Timeout)
+	sctx, cancel := context.WithTimeout(ctx, w.joinTimeout())
 	defer cancel()
 	hostKey := cfg.HostKey
 	if hostKey == "" {
@@ -195,7 +210,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := verifySets(global.Data, id.Rank, sets); err != nil {
+	if plan, err = reg.agreePlan(global.Data, id.Rank, plan, cfg.elastic); err != nil {
 		global.Close()
 		return nil, err
 	}
@@ -207,8 +222,11 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		gc.close()
 		return nil, err
 	}
-	if err := w.buildSets(sctx, 1, sets); err != nil {
+	if err := w.buildSets(sctx, plan.ids(), plan.lists()); err != nil {
 		return nil, err
+	}
+	for _, msg := range reg.commit(plan, id.Epoch) {
+		w.logf("%s", msg)
 	}
 	ok = true
 	return w, nil
@@ -242,7 +260,7 @@ func (w *World) connectStore() error {
 		}
 		w.server = srv
 	}
-	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: id.Timeout})
+	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: w.joinTimeout()})
 	scope := "hvd"
 	if w.cfg.Generation > 0 {
 		scope += ".g" + strconv.Itoa(w.cfg.Generation)
@@ -324,10 +342,19 @@ func (w *World) connectSet(ctx context.Context, id int, gen int64, ranks []int, 
 	return sc, nil
 }
 
-// buildSets connects the communicators of sets (ids from firstID on) that
+// joinTimeout bounds the wait for peers at Start (an elastic worker waits
+// longer: HOROVOD_ELASTIC_TIMEOUT) and every store call.
+func (w *World) joinTimeout() time.Duration {
+	if w.cfg.joinTimeout > w.id.Timeout {
+		return w.cfg.joinTimeout
+	}
+	return w.id.Timeout
+}
+
+// buildSets connects the communicators of sets (ids[i] for sets[i]) that
 // this rank belongs to, all at once: a rank in several sets must not wait
 // for one set while its peers wait for another.
-func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error {
+func (w *World) buildSets(ctx context.Context, ids []int, sets [][]int) error {
 	comms := make([]setComms, len(sets))
 	errs := make([]error, len(sets))
 	var wg sync.WaitGroup
@@ -338,7 +365,7 @@ func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[i], errs[i] = w.connectSet(ctx, firstID+i, 0, ranks, nil)
+			comms[i], errs[i] = w.connectSet(ctx, ids[i], 0, ranks, nil)
 		}()
 	}
 	wg.Wait()
@@ -347,11 +374,11 @@ func (w *World) buildSets(ctx context.Context, firstID int, sets [][]int) error 
 			for _, c := range comms {
 				c.close()
 			}
-			return fmt.Errorf("hvd: process set %d %v: %w", firstID+i, sets[i], err)
+			return fmt.Errorf("hvd: process set %d %v: %w", ids[i], sets[i], err)
 		}
 	}
 	for i, ranks := range sets {
-		if err := w.register(firstID+i, ranks, comms[i]); err != nil {
+		if err := w.register(ids[i], ranks, comms[i]); err != nil {
 			for _, c := range comms[i:] {
 				c.close()
 			}
@@ -472,6 +499,9 @@ func (w *World) ProcessSet(id int) (*ProcessSet, error) {
 	defer w.mu.RUnlock()
 	ps, ok := w.sets[id]
 	if !ok {
+		if err := w.reg.goneErr(id); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w (id %d)", ErrUnknownSet, id)
 	}
 	return ps, nil

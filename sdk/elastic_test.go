@@ -1,0 +1,445 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/rendezvous"
+)
+
+// The worker half of docs/elastic.md, with the test playing hvdrun's
+// elastic driver: it writes elastic/assign.<N>, elastic/epoch and
+// elastic/hosts_updated into a real rendezvous server, and runs the
+// workers as goroutines (their worlds on a shared in-memory store).
+
+type fakeDriver struct {
+	t   *testing.T
+	srv *rendezvous.Server
+	c   *rendezvous.Client
+	st  *backends.MemStore
+}
+
+func newFakeDriver(t *testing.T) *fakeDriver {
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := rendezvous.NewClient(rendezvous.ClientConfig{Addr: srv.Addr(), Timeout: 5 * time.Second})
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	return &fakeDriver{t: t, srv: srv, c: c, st: backends.NewMemStore()}
+}
+
+// publish writes the world of epoch n: workers in rank order (all on one
+// host), then moves elastic/epoch to n.
+func (d *fakeDriver) publish(n int, workers []string, removed []string) {
+	a := Assignment{Epoch: n, Size: len(workers), Workers: map[string]WorkerAssignment{}, Removed: removed}
+	for r, wid := range workers {
+		a.Workers[wid] = WorkerAssignment{Rank: r, Size: len(workers), LocalRank: r, LocalSize: len(workers), CrossSize: 1, Hostname: "h"}
+	}
+	b, _ := json.Marshal(a)
+	ctx := context.Background()
+	if err := d.c.Put(ctx, ElasticScope, "assign."+strconv.Itoa(n), b); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := d.c.Put(ctx, ElasticScope, "epoch", []byte(strconv.Itoa(n))); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *fakeDriver) hostsUpdated(seq int64, flags int) {
+	if err := d.c.Put(context.Background(), ElasticScope, "hosts_updated", []byte(fmt.Sprintf("%d,%d", seq, flags))); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// worker makes an elastic worker started into epoch first.
+func (d *fakeDriver) worker(wid string, first int, cfg Config) *Worker {
+	_, port, _ := strings.Cut(d.srv.Addr(), ":")
+	env := map[string]string{
+		"HOROVOD_ELASTIC": "1", "HVD_ELASTIC_WORKER_ID": wid, "HVD_RENDEZVOUS_EPOCH": strconv.Itoa(first),
+		"HOROVOD_RANK": "0", "HOROVOD_SIZE": "1", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+		"HOROVOD_GLOO_RENDEZVOUS_PORT": port, "HOROVOD_ELASTIC_TIMEOUT": "20", "HOROVOD_GLOO_TIMEOUT_SECONDS": "10",
+	}
+	cfg.Getenv = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg.Store = d.st
+	cfg.HostKey = "host0"
+	k, err := NewWorker(cfg)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { k.Close() })
+	return k
+}
+
+// parallel runs f for every index at once; every wait is bounded.
+func parallel(t *testing.T, n int, f func(i int) error) {
+	t.Helper()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(i) }()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("not finished within 40 s")
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+	}
+}
+
+func initAll(t *testing.T, ks []*Worker) []*World {
+	t.Helper()
+	ws := make([]*World, len(ks))
+	parallel(t, len(ks), func(i int) (err error) {
+		ws[i], err = ks[i].Init(context.Background())
+		return err
+	})
+	return ws
+}
+
+func mySegments() []string {
+	m, _ := filepath.Glob(fmt.Sprintf("/dev/shm/hvd-%d-%d-*", os.Getuid(), os.Getpid()))
+	return m
+}
+
+func openFDs() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
+}
+
+// settle waits (bounded) until f reports true.
+func settle(d time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if f() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return f()
+}
+
+// A world of 3 loses a worker; the survivors reset into epoch 1 with size
+// 2: pending ops of the old world fail, the process sets are registered
+// again by the rules (ids kept where the ranks exist, the others
+// unregistered with an error naming them), the state is synced, the
+// removed worker learns it is removed, and nothing of the old world is
+// left (goroutines, descriptors, /dev/shm segments).
+func TestElasticLoseRankAndReset(t *testing.T) {
+	runtime.GC()
+	baseG, baseFD := runtime.NumGoroutine(), openFDs()
+	d := newFakeDriver(t)
+	var logMu sync.Mutex
+	var logs []string
+	logf := func(format string, args ...any) {
+		logMu.Lock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+		logMu.Unlock()
+	}
+	wids := []string{"h:0", "h:1", "h:2"}
+	ks := make([]*Worker, 3)
+	for i, wid := range wids {
+		ks[i] = d.worker(wid, 0, Config{
+			ProcessSets: [][]int{{0, 2}},
+			SetSpecs:    []SetSpec{{Name: "first two", Func: func(n int) []int { return []int{0, 1} }}},
+			Dynamic:     true, Logf: logf, Backend: "shm",
+		})
+	}
+	d.publish(0, wids, nil)
+	ws := initAll(t, ks)
+	parallel(t, 3, func(i int) error {
+		w := ws[i]
+		if w.Size() != 3 || w.Rank() != i || ks[i].Epoch() != 0 {
+			return fmt.Errorf("world %d of %d at epoch %d", w.Rank(), w.Size(), ks[i].Epoch())
+		}
+		if _, err := w.AddProcessSet([]int{1, 2}); err != nil {
+			return err
+		}
+		last, err := w.AddProcessSetSpec(SetSpec{Name: "last", Func: func(n int) []int { return []int{n - 1} }})
+		if err != nil {
+			return err
+		}
+		var ids []int
+		for _, ps := range w.ProcessSets() {
+			ids = append(ids, ps.ID())
+		}
+		if !slices.Equal(ids, []int{0, 1, 2, 3, 4}) || !slices.Equal(last.Ranks(), []int{2}) {
+			return fmt.Errorf("ids %v, last %v", ids, last.Ranks())
+		}
+		return nil
+	})
+
+	// Rank 0 has an op the others never submit: the reset must fail it.
+	pending, err := ws[0].GlobalProcessSet().AllreduceAsync(TensorOf([]float32{1}), ReduceOptions{Name: "orphan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Worker h:2 dies.
+	ks[2].Close()
+	parallel(t, 2, func(i int) error {
+		_, err := ws[i].GlobalProcessSet().Allreduce(TensorOf([]float32{1}), ReduceOptions{Name: "after.death"})
+		if !IsInternalError(err) {
+			return fmt.Errorf("an allreduce with a dead peer: %v", err)
+		}
+		return nil
+	})
+	d.publish(1, wids[:2], []string{"h:2"})
+	for _, k := range ks[:2] {
+		if err := k.Shutdown(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pending.Wait(); !IsInternalError(err) {
+		t.Fatalf("a pending op of the old world: %v", err)
+	}
+	ws = initAll(t, ks[:2])
+	parallel(t, 2, func(i int) error {
+		w := ws[i]
+		if w.Size() != 2 || w.Rank() != i || ks[i].Epoch() != 1 {
+			return fmt.Errorf("world %d of %d at epoch %d", w.Rank(), w.Size(), ks[i].Epoch())
+		}
+		got := map[int][]int{}
+		for _, ps := range w.ProcessSets() {
+			got[ps.ID()] = ps.Ranks()
+		}
+		want := map[int][]int{0: {0, 1}, 2: {0, 1}, 4: {1}}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("sets after the reset: %v, want %v", got, want)
+		}
+		for id, ranks := range map[int]string{1: "[0 2]", 3: "[1 2]"} {
+			_, err := w.ProcessSet(id)
+			if !errors.Is(err, ErrSetUnregistered) || !errors.Is(err, ErrUnknownSet) || !strings.Contains(err.Error(), ranks) || !strings.Contains(err.Error(), "rank 2 does not exist") {
+				return fmt.Errorf("set %d: %v", id, err)
+			}
+		}
+		two, _ := w.ProcessSet(2)
+		v := TensorOf([]int32{int32(10 + i)})
+		if err := two.AllreduceInPlace(v, ReduceOptions{Op: Sum, Name: "two"}); err != nil || SliceOf[int32](v)[0] != 21 {
+			return fmt.Errorf("allreduce on set 2: %v %v", err, SliceOf[int32](v))
+		}
+		// The oldest freed id is reused.
+		ps, err := w.AddProcessSet([]int{0})
+		if err != nil || ps.ID() != 1 {
+			return fmt.Errorf("add after the reset: id %d, %v", ps.ID(), err)
+		}
+		// State from the new rank 0.
+		step, name := 3+4*i, fmt.Sprint("rank", i)
+		st := NewObjectState(map[string]any{"step": &step, "name": &name})
+		if err := syncState(w, st, false); err != nil {
+			return err
+		}
+		if step != 3 || name != "rank0" {
+			return fmt.Errorf("synced state: %d %q", step, name)
+		}
+		return nil
+	})
+	logMu.Lock()
+	warned := strings.Join(logs, "\n")
+	logMu.Unlock()
+	if !strings.Contains(warned, "process set 1 [0 2]") || !strings.Contains(warned, "unregistered at the reset into epoch 1") {
+		t.Errorf("no warning for the unregistered sets: %s", warned)
+	}
+	// The removed worker is told so.
+	if _, err := ks[2].Init(context.Background()); !errors.Is(err, ErrRemoved) || !strings.Contains(err.Error(), "h:2") {
+		t.Errorf("removed worker: %v", err)
+	}
+	for _, k := range ks {
+		k.Close()
+	}
+	d.c.Close()
+	if !settle(10*time.Second, func() bool { return runtime.NumGoroutine() <= baseG+2 }) {
+		buf := make([]byte, 1<<20)
+		t.Errorf("goroutines: %d before, %d after\n%s", baseG, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+	}
+	if segs := mySegments(); len(segs) > 0 {
+		t.Errorf("segments left: %v", segs)
+	}
+	// The fake driver's server is still up (its listener, and the idle
+	// connections it may keep): allow a few.
+	if !settle(5*time.Second, func() bool { return openFDs() <= baseFD+4 }) {
+		t.Errorf("descriptors: %d before, %d after", baseFD, openFDs())
+	}
+}
+
+// Run restores the last commit on a peer failure, resets and goes on; the
+// counters continue from the last commit and every rank holds the same.
+func TestElasticRunRestoresAndResets(t *testing.T) {
+	d := newFakeDriver(t)
+	wids := []string{"h:0", "h:1", "h:2"}
+	ks := make([]*Worker, 3)
+	for i, wid := range wids {
+		ks[i] = d.worker(wid, 0, Config{Logf: t.Logf})
+	}
+	d.publish(0, wids, nil)
+	errDead := errors.New("worker killed")
+	type result struct {
+		epoch, batch, resets, resumedAt int
+	}
+	results := make([]result, 3)
+	parallel(t, 3, func(i int) error {
+		k := ks[i]
+		batch := 0
+		st := NewObjectState(map[string]any{"batch": &batch})
+		resets, resumedAt := 0, -1
+		k.RegisterResetCallbacks(func() { resets++ })
+		err := k.Run(st, func(w *World) error {
+			if k.Epoch() == 1 && resumedAt < 0 {
+				resumedAt = batch
+			}
+			for batch < 10 {
+				if i == 2 && batch == 5 {
+					k.Close() // dies without a word
+					return errDead
+				}
+				batch++ // not committed before the allreduce: rolled back if it fails
+				v := TensorOf([]int32{1})
+				if err := w.GlobalProcessSet().AllreduceInPlace(v, ReduceOptions{Op: Sum, Name: "step"}); err != nil {
+					return err
+				}
+				if SliceOf[int32](v)[0] != int32(w.Size()) {
+					return fmt.Errorf("sum %d in a world of %d", SliceOf[int32](v)[0], w.Size())
+				}
+				if err := k.Commit(st); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if i == 2 {
+			if !errors.Is(err, errDead) {
+				return fmt.Errorf("the dying worker's Run: %v", err)
+			}
+			d.publish(1, wids[:2], []string{"h:2"})
+			return nil
+		}
+		results[i] = result{k.Epoch(), batch, resets, resumedAt}
+		return err
+	})
+	for i, r := range results[:2] {
+		if r != (result{1, 10, 1, 5}) {
+			t.Errorf("worker %d: %+v, want epoch 1, batch 10, one reset, resumed at the last commit (5)", i, r)
+		}
+	}
+}
+
+// A host update interrupts every rank at the same commit; the new worker
+// joins the next world and gets rank 0's state. An update that the world
+// already reflects does not interrupt again.
+func TestElasticHostsUpdated(t *testing.T) {
+	d := newFakeDriver(t)
+	ks := []*Worker{d.worker("h:0", 0, Config{}), d.worker("h:1", 0, Config{})}
+	d.publish(0, []string{"h:0", "h:1"}, nil)
+	d.hostsUpdated(1, 2) // before the world: never an interrupt
+	var once sync.Once
+	out := make([][3]int, 3)
+	parallel(t, 3, func(i int) error {
+		if i == 2 {
+			// Started by the driver for the world of epoch 1.
+			select {
+			case <-time.After(20 * time.Second):
+				return errors.New("epoch 1 never published")
+			case <-waitEpoch(d, 1):
+			}
+			return runCounting(d.worker("h:2", 1, Config{}), i, out)
+		}
+		return runCounting(ks[i], i, out, func(step int) {
+			if step == 3 {
+				once.Do(func() {
+					d.publish(1, []string{"h:0", "h:1", "h:2"}, nil)
+					d.hostsUpdated(2, 2)
+				})
+			}
+		})
+	})
+	for i, o := range out {
+		if o != [3]int{1, 6, 3} {
+			t.Errorf("worker %d: epoch %d, step %d, world size %d; want 1, 6, 3", i, o[0], o[1], o[2])
+		}
+	}
+}
+
+func waitEpoch(d *fakeDriver, n int) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		d.c.Get(ctx, ElasticScope, "assign."+strconv.Itoa(n))
+	}()
+	return ch
+}
+
+// runCounting runs 6 committed steps; hook sees each step on rank 0.
+func runCounting(k *Worker, i int, out [][3]int, hook ...func(int)) error {
+	step := 0
+	st := NewObjectState(map[string]any{"step": &step})
+	err := k.Run(st, func(w *World) error {
+		for step < 6 {
+			if len(hook) > 0 && w.Rank() == 0 {
+				hook[0](step)
+			}
+			v := TensorOf([]int32{1})
+			if err := w.GlobalProcessSet().AllreduceInPlace(v, ReduceOptions{Op: Sum, Name: "s"}); err != nil {
+				return err
+			}
+			step++
+			if err := k.Commit(st); err != nil {
+				return err
+			}
+		}
+		out[i] = [3]int{k.Epoch(), step, w.Size()}
+		return nil
+	})
+	return err
+}
+
+// A world that cannot form (a worker never comes) is left as soon as the
+// driver publishes a newer one.
+func TestElasticInitMovesToNewerEpoch(t *testing.T) {
+	d := newFakeDriver(t)
+	ks := []*Worker{d.worker("h:0", 0, Config{}), d.worker("h:1", 0, Config{})}
+	d.publish(0, []string{"h:0", "h:1", "h:ghost"}, nil)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		d.publish(1, []string{"h:1", "h:0"}, []string{"h:ghost"})
+	}()
+	start := time.Now()
+	ws := initAll(t, ks)
+	if ws[0].Rank() != 1 || ws[1].Rank() != 0 || ks[0].Epoch() != 1 || time.Since(start) > 10*time.Second {
+		t.Fatalf("ranks %d %d at epoch %d after %v", ws[0].Rank(), ws[1].Rank(), ks[0].Epoch(), time.Since(start))
+	}
+}
+
+// Errors that say what to do: no worker id, no assignment in time.
+func TestElasticBadSetup(t *testing.T) {
+	if _, err := NewWorker(Config{Getenv: func(k string) (string, bool) {
+		return map[string]string{"HOROVOD_ELASTIC": "1"}[k], k == "HOROVOD_ELASTIC"
+	}}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "HVD_ELASTIC_WORKER_ID") {
+		t.Errorf("no worker id: %v", err)
+	}
+	d := newFakeDriver(t)
+	k := d.worker("h:0", 0, Config{})
+	k.timeout = 300 * time.Millisecond
+	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "assign.0") || !strings.Contains(err.Error(), "HOROVOD_ELASTIC_TIMEOUT") {
+		t.Errorf("no assignment: %v", err)
+	}
+}
