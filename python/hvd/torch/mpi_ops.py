@@ -17,10 +17,10 @@ referenced until synchronize() returns. Waiting releases the GIL.
 import torch
 
 from hvd.common.basics import HorovodBasics as _HorovodBasics
-from hvd.common.basics import (init, shutdown, is_initialized, start_timeline, stop_timeline, size, local_size,
-                               cross_size, rank, local_rank, cross_rank, is_homogeneous, mpi_threads_supported,
-                               mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built, ddl_built, ccl_built,
-                               cuda_built, rocm_built)
+from hvd.common.basics import (init, shutdown, is_initialized, start_timeline, stop_timeline, size,  # noqa: F401
+                               local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous,
+                               mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built,
+                               ddl_built, ccl_built, cuda_built, rocm_built)
 from hvd.common.collectives import barrier, join  # noqa: F401
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from hvd.common.handles import handle_map as _handle_map  # noqa: F401  (Horovod's mpi_ops._handle_map)
