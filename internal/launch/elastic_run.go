@@ -33,6 +33,7 @@ type eWorker struct {
 	exited   bool
 	failure  *ExitError // set when it exited non-zero or was killed by a signal
 	stopping bool       // the driver stopped it (removed, host blacklisted, job ending)
+	termAt   time.Time  // SIGTERM after this once stopping (retire)
 	killAt   time.Time  // SIGKILL after this once stopping
 }
 
@@ -246,6 +247,10 @@ func (d *elasticDriver) loop(ctx context.Context, disc <-chan discoveryResult) {
 // bounded by --elastic-timeout.
 func (d *elasticDriver) onTick(now time.Time) {
 	for _, w := range d.byPgid {
+		if w.stopping && !w.exited && !w.termAt.IsZero() && now.After(w.termAt) {
+			_ = syscall.Kill(-w.proc.pgid, syscall.SIGTERM)
+			w.termAt = time.Time{}
+		}
 		if w.stopping && !w.killAt.IsZero() && now.After(w.killAt) {
 			_ = syscall.Kill(-w.proc.pgid, syscall.SIGKILL)
 			w.killAt = time.Time{}
@@ -359,7 +364,7 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	for _, s := range d.world {
 		id := WorkerID(s)
 		if w := d.byID[id]; w != nil && !inNext[id] && d.alive(w) {
-			d.stop(w, now)
+			d.retire(w, now)
 			removed = append(removed, id)
 		}
 	}
@@ -486,6 +491,15 @@ func (d *elasticDriver) stop(w *eWorker, now time.Time) {
 	w.killAt = now.Add(d.j.KillGrace)
 }
 
+// retire lets a worker removed from the world exit by itself (it reads
+// that it was removed and exits 0); after the kill grace it gets SIGTERM,
+// after twice the grace SIGKILL.
+func (d *elasticDriver) retire(w *eWorker, now time.Time) {
+	w.stopping = true
+	w.termAt = now.Add(d.j.KillGrace)
+	w.killAt = now.Add(2 * d.j.KillGrace)
+}
+
 // onExit handles the exit of a worker process.
 func (d *elasticDriver) onExit(ev exitEvent, now time.Time) {
 	w := d.byPgid[ev.w.pgid]
@@ -557,6 +571,8 @@ func (d *elasticDriver) hostFailed(w *eWorker, now time.Time) {
 			stopped = append(stopped, x.id)
 		}
 	}
+	// Not a host update: the failure itself makes the next world.
+	delete(d.avail, host)
 	msg := fmt.Sprintf("blacklisting host %s %s", host, how)
 	if len(stopped) > 0 {
 		msg += "; stopping its other workers " + strings.Join(stopped, " ")
@@ -632,7 +648,8 @@ func (d *elasticDriver) stopAll(sig syscall.Signal) {
 		}
 		w.stopping = true
 		_ = syscall.Kill(-pgid, sig)
-		if w.killAt.IsZero() {
+		w.termAt = time.Time{}
+		if w.killAt.IsZero() || w.killAt.After(now.Add(d.j.KillGrace)) {
 			w.killAt = now.Add(d.j.KillGrace)
 		}
 	}
