@@ -164,21 +164,25 @@ func (b *Blacklist) Available(hosts []Host, now time.Time) map[string]int {
 	return m
 }
 
-// UpdateOrder returns the stable host order after a discovery round: hosts
-// already in order keep their relative order, hosts seen for the first time
-// are appended in the order discovery printed them. Hosts that disappeared
-// stay in the order (a host that comes back takes its old place behind the
-// hosts older than it, as Horovod's host_assignment_order), which is
-// harmless: assignments only use available hosts.
-func UpdateOrder(order []string, discovered []Host) []string {
-	known := make(map[string]bool, len(order))
+// UpdateOrder returns the stable host order after a discovery round, as
+// Horovod's host_assignment_order: available hosts already in order keep
+// their relative order, hosts that became available are appended in the
+// order discovery printed them. A host that stops being available
+// (vanished, blacklisted, no slots) leaves the order, so when it comes back
+// it is appended behind every host whose workers survived, and rank 0 always
+// goes to a surviving worker when there is one.
+func UpdateOrder(order []string, discovered []Host, avail map[string]int) []string {
+	out := make([]string, 0, len(avail))
+	in := make(map[string]bool, len(avail))
 	for _, h := range order {
-		known[h] = true
+		if avail[h] > 0 && !in[h] {
+			in[h] = true
+			out = append(out, h)
+		}
 	}
-	out := append([]string(nil), order...)
 	for _, h := range discovered {
-		if !known[h.Name] {
-			known[h.Name] = true
+		if avail[h.Name] > 0 && !in[h.Name] {
+			in[h.Name] = true
 			out = append(out, h.Name)
 		}
 	}

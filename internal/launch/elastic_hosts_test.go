@@ -127,16 +127,26 @@ func TestBlacklist(t *testing.T) {
 }
 
 func TestUpdateOrderAndAssignWorld(t *testing.T) {
-	order := UpdateOrder(nil, []Host{{"b", 2}, {"a", 1}})
+	all := map[string]int{"a": 1, "b": 2, "c": 1}
+	order := UpdateOrder(nil, []Host{{"b", 2}, {"a", 1}}, all)
 	if !reflect.DeepEqual(order, []string{"b", "a"}) {
 		t.Fatalf("order %v", order)
 	}
-	// A new host is appended even when discovery prints it first; a
-	// vanished host keeps its place.
-	order = UpdateOrder(order, []Host{{"c", 1}, {"a", 1}})
+	// A new host is appended even when discovery prints it first.
+	order = UpdateOrder(order, []Host{{"c", 1}, {"a", 1}, {"b", 2}}, all)
 	if !reflect.DeepEqual(order, []string{"b", "a", "c"}) {
 		t.Fatalf("order %v", order)
 	}
+	// b unavailable (blacklisted, or gone) leaves the order; back, it comes
+	// last, behind the hosts whose workers survived.
+	hosts := []Host{{"b", 2}, {"a", 1}, {"c", 1}}
+	if order = UpdateOrder(order, hosts, map[string]int{"a": 1, "c": 1}); !reflect.DeepEqual(order, []string{"a", "c"}) {
+		t.Fatalf("order %v", order)
+	}
+	if order = UpdateOrder(order, hosts, all); !reflect.DeepEqual(order, []string{"a", "c", "b"}) {
+		t.Fatalf("order %v", order)
+	}
+	order = []string{"b", "a", "c"}
 	ids := func(slots []Slot) string {
 		var s []string
 		for _, x := range slots {

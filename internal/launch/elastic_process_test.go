@@ -201,19 +201,20 @@ func TestElasticResetLimit(t *testing.T) {
 
 func TestElasticBlacklistCooldown(t *testing.T) {
 	r := elasticJob(t)
-	r.hosts("localhost:1", "127.0.0.1:1")
+	r.hosts("127.0.0.1:1", "localhost:1")
 	r.start("-np", "2", "--min-np", "1", "--host-discovery-script", r.discovery(), "--blacklist-cooldown-range", "1", "2")
-	r.waitLog("localhost:0 0 0 2 0 0", "127.0.0.1:0 0 1 2 1 0")
+	r.waitLog("127.0.0.1:0 0 0 2 0 0", "localhost:0 0 1 2 1 0")
 	r.cmd("127.0.0.1:0", "exit 9")
 	r.waitPublished("epoch=1")
-	r.waitLog("localhost:0 1 0 1 0 0")
+	r.waitLog("localhost:0 1 0 1 1 0")
 	if err := os.Remove(r.dir + "/cmd.127.0.0.1_0"); err != nil {
 		t.Fatal(err)
 	}
 	// After the cooldown (2 s: 1·2^1 + jitter, capped at 2) the host is
-	// back with a new worker, started into world 2.
+	// back with a new worker, started into world 2, behind the survivor
+	// (which keeps rank 0 and the state).
 	r.waitPublished("epoch=2")
-	r.waitLog("localhost:0 2 0 2 0 0", "127.0.0.1:0 2 1 2 1 2")
+	r.waitLog("localhost:0 2 0 2 1 0", "127.0.0.1:0 2 1 2 1 2")
 	r.cmd("all", "exit 0")
 	if err := r.wait(); err != nil {
 		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
@@ -221,6 +222,8 @@ func TestElasticBlacklistCooldown(t *testing.T) {
 	if got, want := r.keys(), "assign.0 epoch=0 assign.1 epoch=1 assign.2 epoch=2 hosts_updated=2"; got != want {
 		t.Errorf("published %s, want %s", got, want)
 	}
+	r.checkWorld(0, "127.0.0.1:0 localhost:0", "")
+	r.checkWorld(1, "localhost:0", "127.0.0.1:0")
 	r.checkWorld(2, "localhost:0 127.0.0.1:0", "")
 	mustContain(t, "stderr", r.stderr.String(), "hvdrun: elastic: blacklisting host 127.0.0.1 for 2s\n",
 		"hvdrun: elastic: world 2: 2 workers on localhost:1,127.0.0.1:1; started 127.0.0.1:0\n")
@@ -313,4 +316,42 @@ func TestElasticSuccessNeedsWholeWorld(t *testing.T) {
 		t.Errorf("published %s", got)
 	}
 	r.finish()
+}
+
+// A worker command that is not there ends the job with 127, as a static
+// job; a host that could not reach the store (loopback) is ignored.
+func TestElasticStartProblems(t *testing.T) {
+	t.Run("no command", func(t *testing.T) {
+		r := elasticJob(t)
+		r.command = []string{"/nonexistent/worker"}
+		r.start("-np", "2", "--min-np", "1", "-H", "localhost:1,127.0.0.1:1")
+		err := r.wait()
+		ee := exitError(t, err)
+		if ee.Code != 127 || !strings.Contains(err.Error(), `hvdrun: elastic: worker localhost:0 could not start: exec "/nonexistent/worker"`) {
+			t.Errorf("Run = %v (code %d)", err, ee.Code)
+		}
+	})
+	t.Run("unreachable host", func(t *testing.T) {
+		r := elasticJob(t)
+		r.hosts("localhost:1")
+		r.start("-np", "1", "--host-discovery-script", r.discovery(), "--output-filename", r.dir+"/out")
+		r.waitLog("localhost:0 0 0 1 0 0")
+		r.hosts("localhost:1", "other.invalid:2")
+		waitFor(t, func() bool { return strings.Contains(r.stderr.String(), "ignoring host other.invalid") })
+		r.hosts("localhost:1", "127.0.0.1:1")
+		r.waitPublished("epoch=1")
+		r.cmd("all", "exit 0")
+		if err := r.wait(); err != nil {
+			t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+		}
+		r.checkWorld(1, "localhost:0 127.0.0.1:0", "")
+		mustContain(t, "stderr", r.stderr.String(), "hvdrun: elastic: ignoring host other.invalid: it is not this machine, but the rendezvous store listens on loopback only")
+		for _, f := range []string{"out/worker.localhost.0.e0/stdout", "out/worker.127.0.0.1.0.e1/stdout"} {
+			b, err := os.ReadFile(r.dir + "/" + f)
+			if err != nil || !strings.HasPrefix(string(b), "world ") {
+				t.Errorf("--output-filename %s: %q %v", f, b, err)
+			}
+		}
+		r.finish()
+	})
 }

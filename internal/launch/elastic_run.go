@@ -168,6 +168,7 @@ func (d *elasticDriver) waitFirstWorld(ctx context.Context, disc <-chan discover
 			firstRun = false
 			d.discoveryOK(r.hosts, now)
 			d.avail = d.bl.Available(d.discovered, now)
+			d.order = UpdateOrder(d.order, d.discovered, d.avail)
 			if n := AvailableSlots(d.avail); n >= p.NP {
 				return AssignWorld(d.order, d.avail, p.MaxNP), nil
 			}
@@ -201,7 +202,6 @@ func (d *elasticDriver) discoveryOK(hosts []Host, now time.Time) {
 	d.discFailing = false
 	d.discOK = now
 	d.discovered = hosts
-	d.order = UpdateOrder(d.order, hosts)
 }
 
 func (d *elasticDriver) discoveryFailed(err error, now time.Time) {
@@ -294,8 +294,14 @@ func (d *elasticDriver) blacklistNote(now time.Time) string {
 // are there; otherwise it waits (bounded by --elastic-timeout, see onTick).
 func (d *elasticDriver) evaluate(now time.Time) {
 	avail := d.bl.Available(d.discovered, now)
+	for h := range avail {
+		if d.unreachable(h) {
+			delete(avail, h)
+		}
+	}
 	d.flags |= DiffHosts(d.avail, avail)
 	d.avail = avail
+	d.order = UpdateOrder(d.order, d.discovered, avail)
 	if !d.resetPending && d.flags == 0 {
 		return
 	}
@@ -372,17 +378,18 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	d.world = next
 	d.resetPending = false
 	d.waitSince = time.Time{}
+	type startFailure struct {
+		s   Slot
+		err error
+	}
+	var failed []startFailure
 	for _, s := range next {
 		id := WorkerID(s)
 		if w := d.byID[id]; w != nil && d.alive(w) {
 			continue
 		}
 		if err := d.startWorker(s, epoch); err != nil {
-			// The world is published; treat it as the worker failing.
-			d.failStart(s, err, now)
-			if d.ending {
-				return
-			}
+			failed = append(failed, startFailure{s, err})
 			continue
 		}
 		started = append(started, id)
@@ -401,6 +408,15 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 		msg += "; removed " + strings.Join(removed, " ")
 	}
 	d.printf("%s", msg)
+	// The world is published: a worker that could not start counts as
+	// failed (its host is blacklisted and the next world follows), unless
+	// an earlier one already led past it.
+	for _, f := range failed {
+		if d.ending || d.bl.Blocked(f.s.Hostname, now) {
+			continue
+		}
+		d.failStart(f.s, f.err, now)
+	}
 }
 
 // epochScope is rendezvous.EpochScope (kept here so that launch does not
@@ -431,19 +447,29 @@ func describeSlots(slots []Slot) string {
 	return strings.Join(ids, " ")
 }
 
+// unreachable reports (and the first time says) that host is another
+// machine while the store listens on loopback only: its workers could not
+// reach it, so it is never used.
+func (d *elasticDriver) unreachable(host string) bool {
+	j := d.j
+	if _, known := j.Local[host]; !known {
+		j.Local[host] = IsLocalHost(host, j.rt.Hostname, j.rt.LocalIPs)
+		if ip := net.ParseIP(j.RendezvousAddr); !j.Local[host] && ip != nil && ip.IsLoopback() {
+			d.printf("ignoring host %s: it is not this machine, but the rendezvous store listens on loopback only because the first world's hosts were all local (give --network-interfaces so that other hosts can join)", host)
+		}
+	}
+	ip := net.ParseIP(j.RendezvousAddr)
+	return !j.Local[host] && ip != nil && ip.IsLoopback()
+}
+
 func (d *elasticDriver) alive(w *eWorker) bool { return !w.exited && !w.stopping }
 
 // startWorker starts the worker of slot s into world epoch.
 func (d *elasticDriver) startWorker(s Slot, epoch int) error {
 	j := d.j
 	id := WorkerID(s)
-	if _, known := j.Local[s.Hostname]; !known {
-		j.Local[s.Hostname] = IsLocalHost(s.Hostname, j.rt.Hostname, j.rt.LocalIPs)
-	}
-	if !j.Local[s.Hostname] {
-		if ip := net.ParseIP(j.RendezvousAddr); ip != nil && ip.IsLoopback() {
-			return fmt.Errorf("host %s is not this machine, but the rendezvous store listens on loopback only because the first world's hosts were all local; give --network-interfaces so that remote hosts can join", s.Hostname)
-		}
+	if d.unreachable(s.Hostname) { // evaluate filters these out
+		return fmt.Errorf("host %s cannot reach the rendezvous store on %s", s.Hostname, j.RendezvousAddr)
 	}
 	env := append(append([]KV(nil), d.jobEnv...), d.p.WorkerEnv(id, epoch)...)
 	dirName := fmt.Sprintf("worker.%s.%d.e%d", s.Hostname, s.LocalRank, epoch)
@@ -606,6 +632,7 @@ func (d *elasticDriver) checkFinished() {
 		}
 	}
 	d.ending = true
+	d.stopAll(syscall.SIGTERM) // workers retired earlier and still in their grace
 }
 
 // end decides the job's failure, reports it and stops every worker.

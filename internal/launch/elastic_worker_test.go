@@ -127,6 +127,7 @@ type eRun struct {
 	store   *recStore
 	done    chan error
 	tweak   func(*ElasticPlan)
+	command []string // default: the fake worker
 }
 
 // elasticJob prepares an elastic job whose workers are fake workers. The
@@ -165,7 +166,11 @@ func (r *eRun) cmd(id, text string) {
 // start runs hvdrun with args followed by the fake worker command.
 func (r *eRun) start(args ...string) {
 	r.t.Helper()
-	o, err := ParseArgs(append(args, os.Args[0]))
+	command := r.command
+	if command == nil {
+		command = []string{os.Args[0]}
+	}
+	o, err := ParseArgs(append(append(args, "--"), command...))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -361,6 +366,18 @@ func (r *eRun) waitGone(pid int) {
 	for !processGone(pid) {
 		if time.Now().After(deadline) {
 			r.t.Fatalf("process %d still runs", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitFor waits up to 10 s for cond.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10 s")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
