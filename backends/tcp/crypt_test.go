@@ -370,10 +370,14 @@ func TestTruncatedRecord(t *testing.T) {
 // the announced length.
 func TestGarbageOnEncryptedConnection(t *testing.T) {
 	for name, junk := range map[string][]byte{
-		"http":       []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
-		"huge":       {0xff, 0xff, 0xff, 0xff, 1, 2, 3},
-		"zero":       {0, 0, 0, 0},
-		"clearframe": func() []byte { var h [hdrLen]byte; header{kind: kindP2P, len: 4}.encode(&h); return append(h[:], 1, 2, 3, 4) }(),
+		"http": []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		"huge": {0xff, 0xff, 0xff, 0xff, 1, 2, 3},
+		"zero": {0, 0, 0, 0},
+		"clearframe": func() []byte {
+			var h [hdrLen]byte
+			header{kind: kindP2P, len: 4}.encode(&h)
+			return append(h[:], 1, 2, 3, 4)
+		}(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			comms := newComms(t, 2, encryptAll)
