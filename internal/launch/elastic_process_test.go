@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Elastic jobs with real processes: hvdrun's driver and fake workers
@@ -354,4 +355,19 @@ func TestElasticStartProblems(t *testing.T) {
 		}
 		r.finish()
 	})
+}
+
+// SIGINT while the job waits for its first hosts ends it at once, with no
+// store and no worker started.
+func TestElasticSignalWhileWaiting(t *testing.T) {
+	r := elasticJob(t)
+	r.hosts("localhost:1")
+	r.start("-np", "2", "--host-discovery-script", r.discovery())
+	time.Sleep(300 * time.Millisecond)
+	r.signals <- syscall.SIGINT
+	err := r.wait()
+	ee := exitError(t, err)
+	if ee.Code != 130 || !strings.Contains(err.Error(), "hvdrun: interrupted by SIGINT while waiting for hosts") || r.store.Server != nil {
+		t.Errorf("Run = %v (code %d), store started %v", err, ee.Code, r.store.Server != nil)
+	}
 }
