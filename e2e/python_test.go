@@ -255,3 +255,19 @@ func TestPythonSyntheticBenchmark(t *testing.T) {
 		})
 	}
 }
+
+// Elastic workers without the driver (docs/elastic.md, the worker side):
+// rank 0 of a plain hvdrun -np 3 job plays the elastic driver, writing the
+// assignments into hvdrun's store; a host update removes a worker, a failed
+// collective restores the last commit, and the process sets follow the
+// reset rules. The scenarios with hvdrun's own elastic driver are separate.
+func TestPythonElasticWorker(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, backend := range []string{"auto", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			args := append([]string{"-np", "3", python}, pytestArgs...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_NO_INIT=1", "HVD_BACKEND="+backend), append(args, "../python/tests/test_elastic.py")...)
+			checkPytest(t, out, code, 3)
+		})
+	}
+}

@@ -489,20 +489,27 @@ func (k *Worker) run(st State, fn func(w *World) error, join func() (*World, err
 // a worker that just joined never skips, so the ranks agree first (one
 // small allreduce) instead of some syncing alone (Horovod's issue 3494).
 func syncState(w *World, st State, skip bool) error {
-	want := []int32{1}
-	if skip {
-		want[0] = 0
-	}
-	if err := w.GlobalProcessSet().AllreduceInPlace(TensorOf(want), ReduceOptions{Op: Max, Name: "hvd.elastic.want_sync"}); err != nil {
+	if want, err := AgreeSync(w, skip); err != nil || !want {
 		return err
-	}
-	if want[0] == 0 {
-		return nil
 	}
 	if err := st.Sync(w); err != nil {
 		return err
 	}
 	return st.Save()
+}
+
+// AgreeSync is the collective that decides whether a reset syncs the
+// state: true unless every rank skips (a worker that just joined never
+// does). Run calls it; the Python package's hvd.elastic.run too.
+func AgreeSync(w *World, skip bool) (bool, error) {
+	want := []int32{1}
+	if skip {
+		want[0] = 0
+	}
+	if err := w.GlobalProcessSet().AllreduceInPlace(TensorOf(want), ReduceOptions{Op: Max, Name: "hvd.elastic.want_sync"}); err != nil {
+		return false, err
+	}
+	return want[0] != 0, nil
 }
 
 // ObjectState is a State over Go values held by pointer (Horovod's

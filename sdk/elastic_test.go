@@ -443,3 +443,67 @@ func TestElasticBadSetup(t *testing.T) {
 		t.Errorf("no assignment: %v", err)
 	}
 }
+
+// A worker that joins later learns the job's sets from rank 0: its static
+// specs keep their ids (a function is evaluated for the new size), the
+// dynamic sets it never added are registered with the ids the others use,
+// and collectives on them include it.
+func TestElasticNewWorkerAdoptsSets(t *testing.T) {
+	d := newFakeDriver(t)
+	cfg := func() Config {
+		return Config{Dynamic: true, Logf: t.Logf, SetSpecs: []SetSpec{
+			{Name: "odd", Func: func(n int) []int {
+				var out []int
+				for r := 1; r < n; r += 2 {
+					out = append(out, r)
+				}
+				return out
+			}},
+			{Ranks: []int{2}}, // cannot exist in the first world of 2
+		}}
+	}
+	ks := []*Worker{d.worker("h:0", 0, cfg()), d.worker("h:1", 0, cfg())}
+	d.publish(0, []string{"h:0", "h:1"}, nil)
+	ws := initAll(t, ks)
+	parallel(t, 2, func(i int) error {
+		if id := ws[i].StaticProcessSetID(1); id != -1 {
+			return fmt.Errorf("static set [2] in a world of 2: id %d", id)
+		}
+		ps, err := ws[i].AddProcessSet([]int{0})
+		if err != nil || ps.ID() != 2 {
+			return fmt.Errorf("dynamic add: %v %v", ps, err)
+		}
+		return nil
+	})
+	for _, k := range ks {
+		k.Shutdown()
+	}
+	d.publish(1, []string{"h:0", "h:1", "h:2"}, nil)
+	ks = append(ks, d.worker("h:2", 1, cfg()))
+	ws = initAll(t, ks)
+	parallel(t, 3, func(i int) error {
+		w := ws[i]
+		got := map[int][]int{}
+		for _, ps := range w.ProcessSets() {
+			got[ps.ID()] = ps.Ranks()
+		}
+		if want := map[int][]int{0: {0, 1, 2}, 1: {1}, 2: {0}}; fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("worker %d: sets %v, want %v", i, got, want)
+		}
+		if w.StaticProcessSetID(0) != 1 || w.StaticProcessSetID(1) != -1 {
+			return fmt.Errorf("worker %d: static ids %d %d", i, w.StaticProcessSetID(0), w.StaticProcessSetID(1))
+		}
+		// The next dynamic id is the same everywhere.
+		ps, err := w.AddProcessSet([]int{0, 2})
+		if err != nil || ps.ID() != 3 {
+			return fmt.Errorf("worker %d: add: %v %v", i, ps, err)
+		}
+		if ps.Included() {
+			v := TensorOf([]int32{1})
+			if err := ps.AllreduceInPlace(v, ReduceOptions{Op: Sum}); err != nil || SliceOf[int32](v)[0] != 2 {
+				return fmt.Errorf("worker %d: allreduce on %v: %v", i, ps, err)
+			}
+		}
+		return nil
+	})
+}

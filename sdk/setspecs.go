@@ -332,6 +332,11 @@ func (r *setRegistry) staticID(index int) int {
 	return -1
 }
 
+// StaticProcessSetID is the id of the index-th static set of the Config
+// (ProcessSets, then SetSpecs) in this world; -1 when it is not registered
+// (it could not exist in this world after an elastic reset).
+func (w *World) StaticProcessSetID(index int) int { return w.reg.staticID(index) }
+
 // agreePlan makes every rank register the same sets: rank 0's plan is
 // allgathered over the global communicator and adopted (elastic), or every
 // rank's is compared and a mismatch fails every rank (verifySets' rules).

@@ -11,7 +11,7 @@ import (
 import "C"
 
 // specVersion is the ABI version the Python package checks at load time.
-const specVersion = 1
+const specVersion = 2
 
 // Error codes; functions return them negated.
 const (
@@ -37,6 +37,8 @@ const (
 	codePeerFailure = 10
 	// INTERNAL: any other failure (including a Go panic, reported instead of crashing) (HorovodInternalError).
 	codeInternal = 11
+	// REMOVED: the elastic driver removed this worker from the job (docs/elastic.md): it should exit 0 (RuntimeError).
+	codeRemoved = 12
 )
 
 // Dtype values: element types, as backends.DType numbers them.
@@ -79,13 +81,13 @@ func hvd_abi_version() (ret C.int64_t) {
 // hvd_init joins the job (hvd.init): static process sets are given flattened, with their sizes; dynamic allows add/remove later.
 //
 //export hvd_init
-func hvd_init(processSets *C.int32_t, processSetsLen C.int64_t, setSizes *C.int32_t, setSizesLen C.int64_t, dynamic C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+func hvd_init(processSets *C.int32_t, processSetsLen C.int64_t, setSizes *C.int32_t, setSizesLen C.int64_t, setTokens *C.int64_t, setTokensLen C.int64_t, dynamic C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_init: %v", r)))
 		}
 	}()
-	v, err := implInit(goInt32s(processSets, processSetsLen), goInt32s(setSizes, setSizesLen), dynamic != 0)
+	v, err := implInit(goInt32s(processSets, processSetsLen), goInt32s(setSizes, setSizesLen), goInt64s(setTokens, setTokensLen), dynamic != 0)
 	if err != nil {
 		return C.int32_t(-setError(errBuf, errLen, err))
 	}
@@ -262,6 +264,98 @@ func hvd_remove_process_set(processSet C.int32_t, errBuf *C.char, errLen C.int64
 		}
 	}()
 	v, err := implRemoveProcessSet(int32(processSet))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_set_spec_evaluator installs the function that evaluates callable process set specs: int32 f(int64 token, int32 size, int32* ranks, int32 cap) returns the number of ranks (written when they fit in cap), or -1 when the callable failed.
+//
+//export hvd_set_spec_evaluator
+func hvd_set_spec_evaluator(evaluator unsafe.Pointer, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_set_spec_evaluator: %v", r)))
+		}
+	}()
+	v, err := implSetSpecEvaluator(evaluator)
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_add_process_set_spec registers a process set given by a callable spec (collective over every rank, dynamic mode); returns its id.
+//
+//export hvd_add_process_set_spec
+func hvd_add_process_set_spec(token C.int64_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_add_process_set_spec: %v", r)))
+		}
+	}()
+	v, err := implAddProcessSetSpec(int64(token))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_static_process_set_id the id of the index-th static set given to init, -1 when it is not registered in this world (unregistered at an elastic reset).
+//
+//export hvd_static_process_set_id
+func hvd_static_process_set_id(index C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_static_process_set_id: %v", r)))
+		}
+	}()
+	v, err := implStaticProcessSetId(int32(index))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_elastic_epoch the rendezvous epoch of the current world (elastic: the world's number), -1 before init.
+//
+//export hvd_elastic_epoch
+func hvd_elastic_epoch() (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = -1
+		}
+	}()
+	return C.int32_t(implElasticEpoch())
+}
+
+// hvd_elastic_check_host_updates state.check_host_updates (collective): 0 when no host update is pending, else the update's flags (1 removed, 2 added, 3 both); 0 outside an elastic job.
+//
+//export hvd_elastic_check_host_updates
+func hvd_elastic_check_host_updates(errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_elastic_check_host_updates: %v", r)))
+		}
+	}()
+	v, err := implElasticCheckHostUpdates()
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_elastic_want_sync collective: 1 when any rank wants the state synced (skip is 0), else 0 (every rank skips).
+//
+//export hvd_elastic_want_sync
+func hvd_elastic_want_sync(skip C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_elastic_want_sync: %v", r)))
+		}
+	}()
+	v, err := implElasticWantSync(skip != 0)
 	if err != nil {
 		return C.int32_t(-setError(errBuf, errLen, err))
 	}

@@ -68,6 +68,8 @@ func errorCode(err error) int32 {
 	switch {
 	case errors.Is(err, errUnknownHandle):
 		return codeUnknownHandle
+	case errors.Is(err, sdk.ErrRemoved):
+		return codeRemoved
 	case errors.Is(err, sdk.ErrNotInitialized):
 		return codeNotInitialized
 	case errors.Is(err, sdk.ErrNotMember):
@@ -92,25 +94,13 @@ func errorCode(err error) int32 {
 
 func implAbiVersion() int64 { return specVersion }
 
-func implInit(flat, sizes []int32, dynamic bool) (int32, error) {
+func implInit(flat, sizes []int32, tokens []int64, dynamic bool) (int32, error) {
 	syncEnviron() // settings are read from the environment as it is now
-	var sets [][]int
-	off := 0
-	for i, n := range sizes {
-		if n < 0 || off+int(n) > len(flat) {
-			return 0, fmt.Errorf("%w: init: process set #%d: size %d does not fit the %d ranks given", sdk.ErrInvalidArgument, i+1, n, len(flat))
-		}
-		s := make([]int, n)
-		for j := range s {
-			s[j] = int(flat[off+j])
-		}
-		sets = append(sets, s)
-		off += int(n)
+	specs, err := initSpecs(flat, sizes, tokens)
+	if err != nil {
+		return 0, err
 	}
-	if off != len(flat) {
-		return 0, fmt.Errorf("%w: init: %d ranks given but the set sizes add up to %d", sdk.ErrInvalidArgument, len(flat), off)
-	}
-	return 0, sdk.Init(sdk.Config{ProcessSets: sets, Dynamic: dynamic})
+	return 0, sdk.Init(sdk.Config{SetSpecs: specs, Dynamic: dynamic})
 }
 
 func implShutdown() (int32, error) {

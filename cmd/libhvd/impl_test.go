@@ -74,7 +74,7 @@ func TestBeforeInit(t *testing.T) {
 	if _, err := implWait(42); errorCode(err) != codeUnknownHandle {
 		t.Fatalf("wait on an unknown handle: %v", err)
 	}
-	if _, err := implInit([]int32{0, 1}, []int32{3}, false); errorCode(err) != codeInvalidArgument {
+	if _, err := implInit([]int32{0, 1}, []int32{3}, nil, false); errorCode(err) != codeInvalidArgument {
 		t.Fatalf("init with inconsistent set sizes: %v", err)
 	}
 }

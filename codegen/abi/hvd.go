@@ -4,7 +4,7 @@ package abi
 // (Go) and python/hvd/common/_abi.py (ctypes) are generated from. Bump
 // Version whenever a function, argument, code or value changes meaning.
 var HVD = Spec{
-	Version:   1,
+	Version:   2,
 	Prefix:    "hvd_",
 	GoPackage: "github.com/hvdorg/hvd/cmd/libhvd",
 	Errors: []ErrorCode{
@@ -19,6 +19,7 @@ var HVD = Spec{
 		{Name: "SHUTDOWN", Code: 9, Python: "HorovodInternalError", Doc: "hvd was shut down, or the process set removed, before the op completed"},
 		{Name: "PEER_FAILURE", Code: 10, Python: "HorovodInternalError", Doc: "a peer died or broke the protocol"},
 		{Name: "INTERNAL", Code: 11, Python: "HorovodInternalError", Doc: "any other failure (including a Go panic, reported instead of crashing)"},
+		{Name: "REMOVED", Code: 12, Python: "RuntimeError", Doc: "the elastic driver removed this worker from the job (docs/elastic.md): it should exit 0"},
 	},
 	Enums: []Enum{
 		{Name: "DTYPE", Doc: "element types, as backends.DType numbers them", Values: []EnumValue{
@@ -32,7 +33,9 @@ var HVD = Spec{
 	Funcs: []Func{
 		{Name: "abi_version", Doc: "returns the spec version the library was generated from", Returns: Int64},
 		{Name: "init", Doc: "joins the job (hvd.init): static process sets are given flattened, with their sizes; dynamic allows add/remove later",
-			Args:    []Arg{{"process_sets", Int32s, "every static set's ranks, concatenated"}, {"set_sizes", Int32s, "the size of each static set"}, {"dynamic", Bool, "HOROVOD_DYNAMIC_PROCESS_SETS"}},
+			Args: []Arg{{"process_sets", Int32s, "every static set's ranks, concatenated"}, {"set_sizes", Int32s, "the size of each static set"},
+				{"set_tokens", Int64s, "per static set: 0 when its ranks are given, else the token of a callable spec (no ranks given; see set_spec_evaluator)"},
+				{"dynamic", Bool, "HOROVOD_DYNAMIC_PROCESS_SETS"}},
 			Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "shutdown", Doc: "leaves the job; pending ops fail with SHUTDOWN", Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "is_initialized", Doc: "1 after init, 0 before init or after shutdown", Returns: Int32},
@@ -51,6 +54,17 @@ var HVD = Spec{
 			Args: []Arg{{"ranks", Int32s, "global ranks, any order"}}, Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "remove_process_set", Doc: "removes a process set (collective over every rank, dynamic mode)",
 			Args: []Arg{{"process_set", Int32, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
+		{Name: "set_spec_evaluator", Doc: "installs the function that evaluates callable process set specs: int32 f(int64 token, int32 size, int32* ranks, int32 cap) returns the number of ranks (written when they fit in cap), or -1 when the callable failed",
+			Args: []Arg{{"evaluator", Ptr, "a C function pointer, kept for the life of the process"}}, Returns: Int32, Errors: true, Phase: PhaseCall},
+		{Name: "add_process_set_spec", Doc: "registers a process set given by a callable spec (collective over every rank, dynamic mode); returns its id",
+			Args: []Arg{{"token", Int64, "the callable's token"}}, Returns: Int32, Errors: true, Phase: PhaseCall},
+		{Name: "static_process_set_id", Doc: "the id of the index-th static set given to init, -1 when it is not registered in this world (unregistered at an elastic reset)",
+			Args: []Arg{{"index", Int32, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
+		{Name: "elastic_epoch", Doc: "the rendezvous epoch of the current world (elastic: the world's number), -1 before init", Returns: Int32},
+		{Name: "elastic_check_host_updates", Doc: "state.check_host_updates (collective): 0 when no host update is pending, else the update's flags (1 removed, 2 added, 3 both); 0 outside an elastic job",
+			Returns: Int32, Errors: true, Phase: PhaseCall},
+		{Name: "elastic_want_sync", Doc: "collective: 1 when any rank wants the state synced (skip is 0), else 0 (every rank skips)",
+			Args: []Arg{{"skip", Bool, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "allreduce_async", Doc: "enqueues an allreduce of tensor into output (output may be tensor: in place); returns a handle",
 			Args: []Arg{{"tensor", Ptr, ""}, {"output", Ptr, "same dtype and shape as tensor"}, {"dtype", Int32, ""}, {"shape", Int64s, ""},
 				{"op", Int32, "REDUCE_OP"}, {"prescale", Float64, ""}, {"postscale", Float64, ""}, {"process_set", Int32, ""}, {"name", String, "empty: automatic"}},

@@ -6,8 +6,9 @@ module re-exports them under Horovod's names.
 """
 import atexit
 
-from hvd.common import _abi, loader, state
-from hvd.common.process_sets import ProcessSet, init_process_sets, registered, remove_id, shutdown_process_sets
+from hvd.common import _abi, loader, setspecs, state
+from hvd.common.process_sets import (ProcessSet, init_process_sets, register_static, registered, remove_id,
+                                     shutdown_process_sets)
 from hvd.common.state import (cross_rank, cross_size, is_homogeneous, is_initialized, local_rank,  # noqa: F401
                               local_size, rank, size)
 
@@ -20,8 +21,12 @@ def init(comm=None, process_sets=None):
     (a subset of MPI_COMM_WORLD in Horovod) raises NotImplementedError unless
     it names every rank.
     process_sets: None; a list of ProcessSet (registered with ids 1, 2, ...
-    in order; every rank must pass the same list); or "dynamic" (enables
+    in order; every rank must pass the same list; ProcessSet(callable) gives
+    the ranks as a function of the world size); or "dynamic" (enables
     add_process_set/remove_process_set, as HOROVOD_DYNAMIC_PROCESS_SETS=1).
+    In an elastic worker (HOROVOD_ELASTIC=1) init joins the world the driver
+    assigns, and the first init's process sets and mode hold for every
+    later world (docs/elastic.md).
     Calling init again while initialized registers nothing new; ProcessSet
     objects passed again are mapped to the registered sets with their ranks.
     """
@@ -41,12 +46,18 @@ def init(comm=None, process_sets=None):
     if comm is not None and not isinstance(comm, (list, tuple)):
         raise ValueError('hvd.init(comm=%r): mpi4py communicators need an MPI build; hvd does not use MPI' % (comm,))
     lib = state.lib()
-    if not lib.is_initialized():
-        flat, sizes = [], []
+    fresh = not lib.is_initialized()
+    if fresh:
+        flat, sizes, tokens = [], [], []
         for s in sets:
-            flat.extend(s.ranks)
-            sizes.append(len(s.ranks))
-        lib.init(flat, sizes, dynamic)
+            if s.spec is not None:
+                sizes.append(0)
+                tokens.append(setspecs.token(s.spec))
+            else:
+                flat.extend(s.ranks)
+                sizes.append(len(s.ranks))
+                tokens.append(0)
+        setspecs.call(lib.init, flat, sizes, tokens, dynamic)
         atexit.register(shutdown)
     topology = {
         'rank': lib.rank(), 'size': lib.size(), 'local_rank': lib.local_rank(), 'local_size': lib.local_size(),
@@ -58,7 +69,10 @@ def init(comm=None, process_sets=None):
             raise NotImplementedError(
                 'hvd.init(comm=%r): selecting a subset of ranks needs MPI, which hvd does not use; start only '
                 'the ranks you need (hvdrun -np N)' % (list(comm),))
-    init_process_sets(sets)
+    if fresh:
+        register_static(sets)
+    else:
+        init_process_sets(sets)
 
 
 def shutdown():

@@ -7,8 +7,9 @@ into the library's id with set_id(). This module reads the library and the
 topology through state and never imports basics.
 """
 import collections.abc
+import warnings
 
-from hvd.common import _abi, state
+from hvd.common import _abi, setspecs, state
 
 
 class ProcessSet:
@@ -17,20 +18,32 @@ class ProcessSet:
     ProcessSet(ranks) stores the ranks sorted; it gets a process_set_id when
     registered (hvd.init(process_sets=[...]) or hvd.add_process_set). Like
     Horovod's, it has no __eq__: objects compare by identity.
+
+    ProcessSet(callable) gives the ranks as a function of the world size,
+    ``ProcessSet(lambda size: range(0, size, 2))``: ranks is filled in when
+    it is registered, and again after every elastic reset (docs/elastic.md,
+    "Process sets through resets"). A set that cannot exist in a new world
+    is unregistered: process_set_id becomes None, unregistered says why, and
+    using it raises ValueError naming it.
     """
 
     def __init__(self, ranks_or_comm):
         self.process_set_id = None
         self.ranks = None
         self.mpi_comm = None
-        if isinstance(ranks_or_comm, collections.abc.Iterable) and not isinstance(ranks_or_comm, (str, bytes)):
+        self.spec = None
+        self.unregistered = None
+        if callable(ranks_or_comm) and not isinstance(ranks_or_comm, collections.abc.Iterable):
+            self.spec = ranks_or_comm
+        elif isinstance(ranks_or_comm, collections.abc.Iterable) and not isinstance(ranks_or_comm, (str, bytes)):
             self.ranks = state.as_rank_list(ranks_or_comm)
         else:
             # An mpi4py communicator: accepted here, refused by init (no MPI).
             self.mpi_comm = ranks_or_comm
 
-    def _invalidate(self):
+    def _invalidate(self, reason=None):
         self.process_set_id = None
+        self.unregistered = reason
 
     def size(self):
         """Number of ranks in the set; None while it is not registered."""
@@ -74,6 +87,8 @@ def set_id(process_set):
     if not isinstance(process_set, ProcessSet):
         raise ValueError('process_set must be a ProcessSet, not %r' % (process_set,))
     pid = process_set.process_set_id
+    if pid is None and process_set.unregistered:
+        raise ValueError('%s: %s' % (process_set, process_set.unregistered))
     if pid is None:
         raise ValueError('Process set provided does not exist, or has not been registered: %s. Pass it to '
                          'hvd.init(process_sets=[...]), or to hvd.add_process_set() with dynamic process sets; '
@@ -112,6 +127,50 @@ def init_process_sets(process_set_list):
         _id_to_process_sets.setdefault(ps.process_set_id, []).append(ps)
 
 
+def register_static(process_set_list):
+    """Called by init() when it started the library: maps the index-th
+    ProcessSet passed to init to the set the library registered for it
+    (a callable's ranks are read back); one the library could not register
+    in this (elastic) world is unregistered with a warning."""
+    global_process_set.ranks = list(range(state.size()))
+    for i, ps in enumerate(process_set_list):
+        pid = _abi.static_process_set_id(i)
+        if pid < 0:
+            _unregister(ps, 'it cannot exist in this world of %d processes' % state.size())
+            continue
+        ps.process_set_id = pid
+        ps.ranks = list(_abi.process_set_ranks(pid))
+        ps.unregistered = None
+        _id_to_process_sets.setdefault(pid, []).append(ps)
+
+
+def _unregister(ps, why):
+    msg = 'process set %s was unregistered at an elastic reset: %s; add it again if needed' % (ps, why)
+    ps._invalidate(msg)
+    warnings.warn('hvd: ' + msg, RuntimeWarning)
+
+
+def held():
+    """Every registered ProcessSet object but the global set, with its id:
+    what an elastic reset maps onto the next world (remap)."""
+    return [(pid, ps) for pid, objs in _id_to_process_sets.items() if pid != 0 for ps in objs]
+
+
+def remap(held_sets):
+    """After an elastic reset (shutdown, then init): every object of
+    held_sets gets its set's ranks in the new world, under the same id (the
+    library keeps ids); one whose set the library did not register again
+    is unregistered with a warning naming it."""
+    now = registered()
+    for pid, ps in held_sets:
+        if pid in now:
+            ps.process_set_id, ps.ranks, ps.unregistered = pid, now[pid], None
+            if ps not in _id_to_process_sets.setdefault(pid, []):
+                _id_to_process_sets[pid].append(ps)
+        else:
+            _unregister(ps, 'its ranks do not exist in the new world of %d processes' % state.size())
+
+
 def shutdown_process_sets():
     """Called by shutdown(): every registered set but the global one loses
     its id."""
@@ -135,8 +194,12 @@ def add_process_set(process_set):
     if process_set.process_set_id is not None:
         raise ValueError('Attempted to add a process set that is already registered: %s' % process_set)
     state.lib()
-    pid = _abi.add_process_set(process_set.ranks)
-    process_set.process_set_id = pid
+    if process_set.spec is not None:
+        pid = setspecs.call(_abi.add_process_set_spec, setspecs.token(process_set.spec))
+        process_set.ranks = list(_abi.process_set_ranks(pid))
+    else:
+        pid = _abi.add_process_set(process_set.ranks)
+    process_set.process_set_id, process_set.unregistered = pid, None
     _id_to_process_sets.setdefault(pid, []).append(process_set)
     return process_set
 

@@ -64,3 +64,4 @@ from hvd.numpy.mpi_ops import (  # noqa: E402,F401
     reducescatter, reducescatter_async, remove_process_set, rocm_built, send, shutdown, size, start_timeline,
     stop_timeline, synchronize)
 from hvd.numpy import mpi_ops  # noqa: E402,F401  (hvd.mpi_ops._basics, as in Horovod's modules)
+from hvd.numpy import elastic  # noqa: E402,F401  (hvd.elastic.run, ObjectState: docs/elastic.md)

@@ -23,3 +23,4 @@ from hvd.torch.optimizer import DistributedOptimizer  # noqa: E402
 from hvd.torch.p2p import irecv, isend, recv, send  # noqa: E402
 from hvd.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
 from hvd.torch import mpi_ops  # noqa: E402,F401  (hvd.mpi_ops._basics, as in Horovod)
+from hvd.torch import elastic  # noqa: E402,F401  (hvd.elastic.run, TorchState, ElasticSampler: docs/elastic.md)
