@@ -371,3 +371,23 @@ func TestElasticSignalWhileWaiting(t *testing.T) {
 		t.Errorf("Run = %v (code %d), store started %v", err, ee.Code, r.store.Server != nil)
 	}
 }
+
+// The failed worker's host held the whole world: another host is free, but
+// nobody is left to hand on the state (Horovod: "No hosts from previous set
+// remaining").
+func TestElasticNoSurvivor(t *testing.T) {
+	r := elasticJob(t)
+	r.hosts("localhost:2", "127.0.0.1:1")
+	r.start("-np", "2", "--max-np", "2", "--host-discovery-script", r.discovery())
+	r.waitLog("localhost:0 0 0 2 0 0", "localhost:1 0 1 2 1 0")
+	r.cmd("localhost:1", "exit 3")
+	err := r.wait()
+	ee := exitError(t, err)
+	if ee.Code != 1 || err.Error() != "hvdrun: elastic: no worker of world 0 is left to hand on the training state (the next world would be: 127.0.0.1:0)" {
+		t.Errorf("Run = %v (code %d)", err, ee.Code)
+	}
+	if got := r.keys(); got != "assign.0 epoch=0" {
+		t.Errorf("published %s", got)
+	}
+	r.finish()
+}

@@ -313,40 +313,43 @@ func (d *elasticDriver) evaluate(now time.Time) {
 		d.waitSince = time.Time{}
 		return
 	}
-	if len(next) < d.p.MinNP {
+	live, survivors := 0, 0
+	inNext := map[string]bool{}
+	for _, s := range next {
+		inNext[WorkerID(s)] = true
+	}
+	for _, s := range d.world {
+		if w := d.byID[WorkerID(s)]; w != nil && d.alive(w) {
+			live++
+			if inNext[w.id] {
+				survivors++
+			}
+		}
+	}
+	switch DecideWorld(d.world == nil, len(next), d.p.MinNP, live, survivors, d.resets, d.p.ResetLimit) {
+	case WaitForSlots:
 		if d.waitSince.IsZero() {
 			d.waitSince = now
 			d.printf("waiting up to --elastic-timeout %v for --min-np %d slots: %d available (%s)%s",
 				d.p.Timeout, d.p.MinNP, len(next), FormatAvailable(d.order, avail), d.blacklistNote(now))
 		}
-		return
+	case FailResetLimit:
+		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
+			"elastic: the job has been reset %d times, the --reset-limit; not starting world %d (%s)", d.resets, d.epoch+1, describeSlots(next))})
+	case FailNoSurvivor:
+		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
+			"elastic: no worker of world %d is left to hand on the training state (the next world would be: %s)", d.epoch, describeSlots(next))})
+	case PublishWorld:
+		d.publish(next, now)
 	}
-	d.publish(next, now)
 }
 
-// publish makes next the current world: it checks that a worker of the
-// current world survives into it and that --reset-limit allows another
-// reset, writes assign.<N> then epoch (then hosts_updated when discovery
-// changed the hosts), stops the workers it removes and starts workers on the
-// new slots.
+// publish makes next the current world (DecideWorld allowed it): it
+// writes assign.<N> then epoch (then hosts_updated when discovery changed
+// the hosts), lets the workers it removes go and starts workers on the new
+// slots.
 func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	if d.world != nil {
-		survivors := 0
-		for _, s := range next {
-			if w := d.byID[WorkerID(s)]; w != nil && d.alive(w) {
-				survivors++
-			}
-		}
-		if survivors == 0 {
-			d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
-				"elastic: no worker of world %d is alive in the next world (%s), so none can hand on the training state", d.epoch, describeSlots(next))})
-			return
-		}
-		if d.p.ResetLimit >= 0 && d.resets >= d.p.ResetLimit {
-			d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
-				"elastic: the job has been reset %d times, the --reset-limit; not starting world %d (%s)", d.resets, d.epoch+1, describeSlots(next))})
-			return
-		}
 		d.epoch++
 		d.resets++
 	}
@@ -501,10 +504,9 @@ func (d *elasticDriver) failStart(s Slot, err error, now time.Time) {
 		d.end(e)
 		return
 	}
-	d.printf("worker %s could not start: %v", WorkerID(s), err)
 	ew := &eWorker{id: WorkerID(s), exited: true, failure: e}
 	d.byID[ew.id] = ew
-	d.hostFailed(ew, now)
+	d.workerFailed(ew, strings.TrimPrefix(e.Reason, "elastic: "), now)
 }
 
 // stop sends SIGTERM to a worker's process group (SIGKILL after the grace).
@@ -535,43 +537,36 @@ func (d *elasticDriver) onExit(ev exitEvent, now time.Time) {
 	w.exited = true
 	d.running--
 	if w.stopping || d.ending {
-		return
+		return // a removed or stopped worker's status does not count
 	}
 	e := exitFailure(ev)
 	if e == nil {
 		d.finishing = true
-		d.checkFinished()
+		switch DecideExit(d.outcomes(), false, false) {
+		case JobSucceeds:
+			d.ending = true
+			d.stopAll(syscall.SIGTERM) // workers retired earlier and still in their grace
+		case FailWithFirst:
+			for _, s := range d.world {
+				if x := d.byID[WorkerID(s)]; x != nil && x.failure != nil {
+					d.end(x.failure)
+					break
+				}
+			}
+		}
 		return
 	}
 	what := fmt.Sprintf("worker %s (rank %d of world %d) %s", w.id, d.rankOf(w.id), d.epoch, e.Reason)
 	e.Rank, e.Reason = -1, "elastic: "+what
 	w.failure = e
-	if d.finishing {
-		d.end(e)
-		return
-	}
-	d.printf("%s", what)
-	// Every worker of this world failed: the job fails, as Horovod's.
-	all := true
-	var fails []string
-	for _, s := range d.world {
-		x := d.byID[WorkerID(s)]
-		if x == nil || x.failure == nil {
-			all = false
-			break
-		}
-		fails = append(fails, x.id)
-	}
-	if all {
-		d.end(&ExitError{Code: e.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every worker of world %d failed (%s); the last: %s", d.epoch, strings.Join(fails, " "), what)})
-		return
-	}
-	d.hostFailed(w, now)
+	d.workerFailed(w, what, now)
 }
 
-// hostFailed blacklists the host of a failed worker, stops the host's other
-// workers and asks for the next world.
-func (d *elasticDriver) hostFailed(w *eWorker, now time.Time) {
+// workerFailed carries out DecideExit for a worker of the current world
+// that failed (or could not start): it blacklists the worker's host and
+// either ends the job or stops the host's other workers and asks for the
+// next world.
+func (d *elasticDriver) workerFailed(w *eWorker, what string, now time.Time) {
 	host := w.id[:strings.LastIndexByte(w.id, ':')]
 	how := "for good"
 	if cooldown := d.bl.Add(host, now); cooldown > 0 {
@@ -583,8 +578,22 @@ func (d *elasticDriver) hostFailed(w *eWorker, now time.Time) {
 			allOut = false
 		}
 	}
-	if allOut {
-		d.end(&ExitError{Code: w.failure.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every host is blacklisted (%s); the last: %s", d.blacklistNote(now)[len("; blacklisted: "):], strings.TrimPrefix(w.failure.Reason, "elastic: "))})
+	v := DecideExit(d.outcomes(), true, allOut)
+	if v == FailWithThis {
+		d.end(w.failure)
+		return
+	}
+	d.printf("%s", what)
+	switch v {
+	case FailEveryWorker:
+		var ids []string
+		for _, s := range d.world {
+			ids = append(ids, WorkerID(s))
+		}
+		d.end(&ExitError{Code: w.failure.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every worker of world %d failed (%s); the last: %s", d.epoch, strings.Join(ids, " "), what)})
+		return
+	case FailEveryHost:
+		d.end(&ExitError{Code: w.failure.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every host is blacklisted (%s); the last: %s", strings.TrimPrefix(d.blacklistNote(now), "; blacklisted: "), what)})
 		return
 	}
 	var stopped []string
@@ -608,6 +617,24 @@ func (d *elasticDriver) hostFailed(w *eWorker, now time.Time) {
 	d.evaluate(now)
 }
 
+// outcomes lists what is known of every worker of the current world.
+func (d *elasticDriver) outcomes() []WorkerOutcome {
+	out := make([]WorkerOutcome, len(d.world))
+	for i, s := range d.world {
+		switch w := d.byID[WorkerID(s)]; {
+		case w == nil || w.failure != nil:
+			out[i] = Failed
+		case w.stopping:
+			out[i] = Stopped
+		case w.exited:
+			out[i] = Succeeded
+		default:
+			out[i] = Running
+		}
+	}
+	return out
+}
+
 func (d *elasticDriver) rankOf(id string) int {
 	for _, s := range d.world {
 		if WorkerID(s) == id {
@@ -615,24 +642,6 @@ func (d *elasticDriver) rankOf(id string) int {
 		}
 	}
 	return -1
-}
-
-// checkFinished ends the job once a worker of the current world exited 0
-// and no worker of it is still running: success when none of them failed.
-func (d *elasticDriver) checkFinished() {
-	for _, s := range d.world {
-		if w := d.byID[WorkerID(s)]; w != nil && d.alive(w) {
-			return
-		}
-	}
-	for _, s := range d.world {
-		if w := d.byID[WorkerID(s)]; w != nil && w.failure != nil {
-			d.end(w.failure)
-			return
-		}
-	}
-	d.ending = true
-	d.stopAll(syscall.SIGTERM) // workers retired earlier and still in their grace
 }
 
 // end decides the job's failure, reports it and stops every worker.
