@@ -192,3 +192,37 @@ func TestAssignmentJSON(t *testing.T) {
 		t.Fatalf("epoch 0 JSON %s: want an empty removed list, not null", got)
 	}
 }
+
+// FuzzParseDiscoveryOutput: whatever a script prints, the parser returns
+// valid hosts (names a host could have, slots ≥ 0, no duplicates) that
+// print back to an equivalent output, or an error naming a line.
+func FuzzParseDiscoveryOutput(f *testing.F) {
+	for _, s := range []string{"a:2\nb\n", "", "\n\n", "a b", "a:1\na:2", "-x", "h:99999999999999999999", "localhost:2\r\n127.0.0.1\n", "a:-1", "\x00"} {
+		f.Add([]byte(s), 1)
+	}
+	f.Fuzz(func(t *testing.T, out []byte, slots int) {
+		if slots < 0 || slots > 1<<20 {
+			return
+		}
+		hosts, err := ParseDiscoveryOutput(out, slots)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "line ") {
+				t.Fatalf("error %q does not name the line", err)
+			}
+			return
+		}
+		var b strings.Builder
+		seen := map[string]bool{}
+		for _, h := range hosts {
+			if checkHostName(h.Name) != nil || h.Slots < 0 || seen[h.Name] {
+				t.Fatalf("bad host %+v from %q", h, out)
+			}
+			seen[h.Name] = true
+			b.WriteString(h.Name + ":" + strconv.Itoa(h.Slots) + "\n")
+		}
+		again, err := ParseDiscoveryOutput([]byte(b.String()), slots)
+		if err != nil || !reflect.DeepEqual(again, hosts) && len(hosts) > 0 {
+			t.Fatalf("round trip of %v: %v %v", hosts, again, err)
+		}
+	})
+}
