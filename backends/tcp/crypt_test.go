@@ -52,6 +52,14 @@ func TestConformanceEncrypted(t *testing.T) {
 	}
 }
 
+// Tiny socket buffers: the socket takes part of a sealed batch at a time
+// (partial writes, sends resumed from the middle of a record).
+func TestEncryptedSmallSocketBuffers(t *testing.T) {
+	comms := newComms(t, 3, func(c *Config) { c.Encrypt = EncryptAll; c.SendBuffer = 4096; c.SmallBytes = 1 })
+	requireEncrypted(t, comms, true)
+	conformance.RunAll(t, asComms(comms), conformance.Options{Counts: []int{0, 7, 1001, 70000}, DTypes: []backends.DType{backends.Float32, backends.Uint8}})
+}
+
 // Large messages stream through many records; the key changes every
 // recKeyLife records on both sides at the same record.
 func TestEncryptedLargeAndRekey(t *testing.T) {
@@ -334,6 +342,37 @@ func TestTamperedRecordNamesPeer(t *testing.T) {
 		}
 		t.Logf("in clear, %d wrong elements and no error", wrong)
 	})
+}
+
+// The same in the middle of a large ring allreduce (np 2: both directions
+// carry ring steps; the flip lands about 1 MB into the stream, inside the
+// records a ring step seals as the reduction feeds it): both ranks fail
+// promptly, the receiver saying the data was altered.
+func TestTamperedRingStream(t *testing.T) {
+	st := proxyStore{MemStore: backends.NewMemStore(), t: t, victim: 0,
+		flipAt: func(prefix string) int { return dialerHello(prefix) + 1_000_003 }}
+	comms := buildOn(t, st, fmt.Sprintf("tamperring%d", prefixSeq.Add(1)), 2, func(c *Config) { c.Encrypt = EncryptAll })
+	requireEncrypted(t, comms, true)
+	start := time.Now()
+	errs := runAll(comms, func(c *Comm) error {
+		buf := make([]byte, 8<<20)
+		for i := 0; i < 4; i++ {
+			if err := c.Allreduce(buf, backends.Float32, backends.Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	for r, err := range errs {
+		var pe *backends.PeerError
+		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "failed authentication") || pe.Peer != 1-r {
+			t.Fatalf("rank %d: want a PeerError naming rank %d and the altered data, got %v", r, 1-r, err)
+		}
+		t.Logf("rank %d: %v", r, err)
+	}
 }
 
 // A peer that sends half a record and closes: the receiver reports a lost
