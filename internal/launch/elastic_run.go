@@ -173,9 +173,13 @@ func (d *elasticDriver) waitFirstWorld(ctx context.Context, disc <-chan discover
 				return AssignWorld(d.order, d.avail, p.MaxNP), nil
 			}
 		case <-deadline.C:
+			failing := ""
+			if d.discFailing {
+				failing = "; host discovery has been failing since " + d.discOK.Format(time.TimeOnly)
+			}
 			return nil, &ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf(
-				"elastic: fewer than -np %d slots within --elastic-timeout %v: %d available (%s)",
-				p.NP, p.Timeout, AvailableSlots(d.avail), FormatAvailable(d.order, d.avail))}
+				"elastic: fewer than -np %d slots within --elastic-timeout %v: %d available (%s)%s",
+				p.NP, p.Timeout, AvailableSlots(d.avail), FormatAvailable(d.order, d.avail), failing)}
 		case sig := <-d.j.rt.Signals:
 			return nil, &ExitError{Code: signalCode(sig), Rank: -1, Reason: fmt.Sprintf("interrupted by %s while waiting for hosts (after %v)", signalName(sig), time.Since(start).Round(time.Millisecond))}
 		case <-ctx.Done():
