@@ -391,3 +391,39 @@ func TestElasticNoSurvivor(t *testing.T) {
 	}
 	r.finish()
 }
+
+// Remote hosts through the ssh stand-in: one that works, and one whose ssh
+// fails (status 255), which is blacklisted like any failed worker.
+func TestElasticRemoteHosts(t *testing.T) {
+	r := elasticJob(t)
+	script, err := os.ReadFile("testdata/fake-ssh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := r.dir + "/fake-ssh"
+	if err := os.WriteFile(fake, script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.environ = append(r.environ, "HVD_SSH="+fake, "FAKE_SSH_DIR="+t.TempDir())
+	r.hosts("localhost:1", "hvd-fake-remote:1")
+	r.start("-np", "2", "--min-np", "1", "--host-discovery-script", r.discovery(), "--network-interfaces", loopbackName(t))
+	r.waitLog("localhost:0 0 0 2 0 0", "hvd-fake-remote:0 0 1 2 1 0")
+	r.hosts("localhost:1", "hvd-fake-remote:1", "hvd-down:1")
+	r.waitPublished("epoch=2")
+	r.waitLog("localhost:0 2 0 2 0 0", "hvd-fake-remote:0 2 1 2 1 0")
+	r.cmd("all", "exit 0")
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+	}
+	if got, want := r.keys(), "assign.0 epoch=0 assign.1 epoch=1 hosts_updated=2 assign.2 epoch=2"; got != want {
+		t.Errorf("published %s, want %s", got, want)
+	}
+	r.checkWorld(1, "localhost:0 hvd-fake-remote:0 hvd-down:0", "")
+	r.checkWorld(2, "localhost:0 hvd-fake-remote:0", "hvd-down:0")
+	mustContain(t, "stderr", r.stderr.String(),
+		"hvdrun: elastic: worker hvd-down:0 (rank 2 of world 1) exited with status 255 (ssh failed, or the remote command was killed)\n",
+		"[hvd-down:0]<stderr>:ssh: connect to host hvd-down port 22: Connection refused\n",
+		"hvdrun: elastic: blacklisting host hvd-down for good\n")
+	mustContain(t, "stdout", r.stdout.String(), "[hvd-fake-remote:0]<stdout>:world 2 rank 1\n")
+	r.finish()
+}

@@ -455,18 +455,20 @@ func describeSlots(slots []Slot) string {
 }
 
 // unreachable reports (and the first time says) that host is another
-// machine while the store listens on loopback only: its workers could not
-// reach it, so it is never used.
+// machine while the store listens on loopback only because the first world's
+// hosts were all this machine (no --network-interfaces given): its workers
+// could not reach the store, so the host is never used.
 func (d *elasticDriver) unreachable(host string) bool {
 	j := d.j
+	ip := net.ParseIP(j.RendezvousAddr)
+	loopbackOnly := len(j.Opts.NetworkInterfaces) == 0 && ip != nil && ip.IsLoopback()
 	if _, known := j.Local[host]; !known {
 		j.Local[host] = IsLocalHost(host, j.rt.Hostname, j.rt.LocalIPs)
-		if ip := net.ParseIP(j.RendezvousAddr); !j.Local[host] && ip != nil && ip.IsLoopback() {
+		if !j.Local[host] && loopbackOnly {
 			d.printf("ignoring host %s: it is not this machine, but the rendezvous store listens on loopback only because the first world's hosts were all local (give --network-interfaces so that other hosts can join)", host)
 		}
 	}
-	ip := net.ParseIP(j.RendezvousAddr)
-	return !j.Local[host] && ip != nil && ip.IsLoopback()
+	return !j.Local[host] && loopbackOnly
 }
 
 func (d *elasticDriver) alive(w *eWorker) bool { return !w.exited && !w.stopping }
