@@ -23,6 +23,7 @@ func mustContain(t *testing.T, what, s string, subs ...string) {
 
 func TestElasticHostsAddedThenRemoved(t *testing.T) {
 	r := elasticJob(t)
+	r.environ = append(r.environ, "HVD_KILL_GRACE_SECONDS=5") // time for the removed worker to read it
 	r.hosts("localhost:2")
 	r.start("-np", "2", "--min-np", "1", "--host-discovery-script", r.discovery())
 	r.waitLog("localhost:0 0 0 2 0 0", "localhost:1 0 1 2 1 0")
@@ -301,7 +302,9 @@ func TestElasticSuccessNeedsWholeWorld(t *testing.T) {
 	r.start("-np", "2", "--min-np", "1", "-H", "localhost:1,127.0.0.1:1")
 	r.waitLog("localhost:0 0 0 2 0 0", "127.0.0.1:0 0 1 2 1 0")
 	r.cmd("localhost:0", "exit 0")
-	r.waitGone(r.pid("localhost:0", 0))
+	waitFor(t, func() bool {
+		return strings.Contains(r.stderr.String(), "hvdrun: elastic: worker localhost:0 (rank 0 of world 0) exited 0: training is over; waiting for the other workers of world 0 to exit\n")
+	})
 	select {
 	case err := <-r.done:
 		t.Fatalf("the job ended (%v) while 127.0.0.1:0 still runs", err)

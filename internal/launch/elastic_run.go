@@ -55,14 +55,15 @@ type elasticDriver struct {
 	bl         *Blacklist
 	avail      map[string]int // available hosts at the last evaluation
 
-	epoch        int
-	world        []Slot // the current world; nil before the first
-	resets       int
-	flags        HostUpdate // host changes not yet published
-	resetPending bool       // a failure needs a new world
-	waitSince    time.Time  // waiting for --min-np slots since
-	finishing    bool       // a worker of the current world exited 0
-	lastSeq      int64
+	epoch          int
+	world          []Slot // the current world; nil before the first
+	resets         int
+	flags          HostUpdate // host changes not yet published
+	resetPending   bool       // a failure needs a new world
+	waitSince      time.Time  // waiting for --min-np slots since
+	finishing      bool       // a worker of the current world exited 0
+	reportedFinish bool
+	lastSeq        int64
 
 	discOK      time.Time // last successful discovery
 	discFailing bool
@@ -548,7 +549,12 @@ func (d *elasticDriver) onExit(ev exitEvent, now time.Time) {
 	e := exitFailure(ev)
 	if e == nil {
 		d.finishing = true
-		switch DecideExit(d.outcomes(), false, false) {
+		v := DecideExit(d.outcomes(), false, false)
+		if v == KeepWaiting && !d.reportedFinish {
+			d.reportedFinish = true
+			d.printf("worker %s (rank %d of world %d) exited 0: training is over; waiting for the other workers of world %d to exit", w.id, d.rankOf(w.id), d.epoch, d.epoch)
+		}
+		switch v {
 		case JobSucceeds:
 			d.ending = true
 			d.stopAll(syscall.SIGTERM) // workers retired earlier and still in their grace

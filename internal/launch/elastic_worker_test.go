@@ -359,18 +359,6 @@ func (r *eRun) finish() {
 	assertGone(r.t, pids...)
 }
 
-// waitGone waits until pid has exited.
-func (r *eRun) waitGone(pid int) {
-	r.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("process %d still runs", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitFor waits up to 10 s for cond.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
