@@ -22,7 +22,8 @@ import (
 // stops with status 0 when it is removed, else logs its identity and waits
 // until the driver publishes a newer epoch (where a real worker's
 // collectives would fail), then re-reads. Test files in $D steer it:
-// cmd.<id> or cmd.all holding "exit N" makes it exit with N.
+// cmd.<id>.e<start epoch>, cmd.<id> or cmd.all holding "exit N" makes it
+// exit with N (':' in ids written '_').
 //
 // Every line it appends to $D/log is "<id> <epoch> <rank> <size> <start
 // rank> <start epoch>"; its pid goes to $D/<id>.<start epoch>.pid.
@@ -80,7 +81,7 @@ func fakeElasticWorker() int {
 		fmt.Fprintf(logf, "%s %d %d %d %s %d\n", id, target, me.Rank, me.Size, os.Getenv("HOROVOD_RANK"), startEpoch)
 		fmt.Printf("world %d rank %d\n", target, me.Rank)
 		for next := false; !next; {
-			for _, f := range []string{"cmd." + safe, "cmd.all"} {
+			for _, f := range []string{"cmd." + safe + ".e" + strconv.Itoa(startEpoch), "cmd." + safe, "cmd.all"} {
 				if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
 					if code, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "exit "); ok {
 						n, _ := strconv.Atoi(code)
