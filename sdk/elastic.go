@@ -244,7 +244,11 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 			target = cur
 			continue
 		}
-		return nil, fmt.Errorf("hvd: elastic worker %s: joining the world of epoch %d: %w", k.id, target, err)
+		hint := ""
+		if errors.Is(err, rendezvous.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+			hint = fmt.Sprintf(" (not every worker of the world joined within HOROVOD_ELASTIC_TIMEOUT, %v: the workers of the previous world join at their next commit, so they must call state.commit() or check_host_updates() regularly)", k.timeout)
+		}
+		return nil, fmt.Errorf("hvd: elastic worker %s: joining the world of epoch %d%s: %w", k.id, target, hint, err)
 	}
 }
 

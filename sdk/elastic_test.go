@@ -442,6 +442,15 @@ func TestElasticBadSetup(t *testing.T) {
 	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "assign.0") || !strings.Contains(err.Error(), "HOROVOD_ELASTIC_TIMEOUT") {
 		t.Errorf("no assignment: %v", err)
 	}
+	// A world whose other worker never joins, and no newer world: the
+	// error says what the others must do.
+	k = d.worker("h:1", 0, Config{})
+	k.timeout, k.base.Timeout = 300*time.Millisecond, 300*time.Millisecond
+	d.publish(0, []string{"h:1", "h:never"}, nil)
+	start := time.Now()
+	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "state.commit()") || time.Since(start) > 5*time.Second {
+		t.Errorf("a world that cannot form: %v after %v", err, time.Since(start))
+	}
 }
 
 // A worker that joins later learns the job's sets from rank 0: its static

@@ -100,6 +100,14 @@ def test_resets():
         [str(w.message) for w in caught]
     if last.included():
         assert hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=last).item() == 1
+    # hvd.numpy's ObjectState on the same library.
+    import hvd.numpy as hvdnp
+    obj = hvdnp.elastic.ObjectState(step=RANK, names=['rank%d' % RANK])
+    obj.sync()
+    assert (obj.step, obj.names) == (0, ['rank0'])
+    obj.step = 5
+    obj.restore()
+    assert obj.step == 0
     assert hvd.remove_process_set(HEAD)
     ps = hvd.add_process_set([0])  # the oldest freed id (1, not 2) is reused
     assert ps.process_set_id == 1

@@ -143,7 +143,7 @@ def run_fn(func, reset_fn=reset):
                 reset_fn()
             except RuntimeError as e:
                 if is_removed(e):
-                    sys.stderr.write('hvd: %s\n' % e)
+                    sys.stderr.write('%s\n' % e)
                     raise SystemExit(0)
                 raise
             state_.on_reset()
