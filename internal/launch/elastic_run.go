@@ -427,6 +427,11 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	}
 }
 
+// WorkerPrefix is the prefix of an elastic worker's output lines:
+// "[<host>:<slot>]<stdout>:" — horovodrun's "[rank]<stdout>:" with the worker
+// id, which unlike the rank stays the same across worlds.
+func WorkerPrefix(id, stream string) string { return "[" + id + "]<" + stream + ">:" }
+
 // epochScope is rendezvous.EpochScope (kept here so that launch does not
 // import the SDK).
 func epochScope(scope string, epoch int) string {
@@ -483,7 +488,7 @@ func (d *elasticDriver) startWorker(s Slot, epoch int) error {
 	}
 	env := append(append([]KV(nil), d.jobEnv...), d.p.WorkerEnv(id, epoch)...)
 	dirName := fmt.Sprintf("worker.%s.%d.e%d", s.Hostname, s.LocalRank, epoch)
-	w, err := j.startAs(s, env, d.secretHex, d.stdout, d.stderr, id, dirName)
+	w, err := j.startAs(s, env, d.secretHex, d.stdout, d.stderr, func(stream string) string { return WorkerPrefix(id, stream) }, dirName)
 	if err != nil {
 		return err
 	}

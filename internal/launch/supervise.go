@@ -194,12 +194,14 @@ func (j *Job) checkSSH(ctx context.Context, host string) error {
 // start launches one rank in its own process group with its output pumped
 // through the rank prefixes (and into --output-filename files).
 func (j *Job) start(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.Writer) (*worker, error) {
-	return j.startAs(slot, jobEnv, secretHex, stdout, stderr, strconv.Itoa(slot.Rank), RankDirName(slot.Rank, slot.Size))
+	prefix := func(stream string) string { return StreamPrefix(slot.Rank, stream) }
+	return j.startAs(slot, jobEnv, secretHex, stdout, stderr, prefix, RankDirName(slot.Rank, slot.Size))
 }
 
-// startAs is start with the output labelled "[label]<stdout>:" and the
-// --output-filename folder named dirName.
-func (j *Job) startAs(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.Writer, label, dirName string) (*worker, error) {
+// startAs is start with the output lines of a stream ("stdout", "stderr")
+// prefixed with prefix(stream) and the --output-filename folder named
+// dirName.
+func (j *Job) startAs(slot Slot, jobEnv []KV, secretHex string, stdout, stderr io.Writer, prefix func(stream string) string, dirName string) (*worker, error) {
 	w := &worker{slot: slot, remote: !j.Local[slot.Hostname]}
 	cmd := &exec.Cmd{
 		Dir:         j.Dir,
@@ -261,7 +263,7 @@ func (j *Job) startAs(slot Slot, jobEnv []KV, secretHex string, stdout, stderr i
 	}
 	w.cmd, w.pgid = cmd, cmd.Process.Pid
 	for i, dst := range []io.Writer{stdout, stderr} {
-		prefix := "[" + label + "]<" + []string{"stdout", "stderr"}[i] + ">:"
+		prefix := prefix([]string{"stdout", "stderr"}[i])
 		w.pumps.Add(1)
 		go func() {
 			defer w.pumps.Done()
