@@ -288,6 +288,7 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 	}()
 	w, err := Start(sctx, cfg)
 	close(stop)
+	cancel() // a store read in flight ends now (Start keeps nothing of ctx)
 	<-done
 	return w, err
 }

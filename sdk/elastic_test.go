@@ -145,6 +145,12 @@ func settle(d time.Duration, f func() bool) bool {
 // removed worker learns it is removed, and nothing of the old world is
 // left (goroutines, descriptors, /dev/shm segments).
 func TestElasticLoseRankAndReset(t *testing.T) {
+	for _, backend := range []string{"shm", "tcp"} {
+		t.Run(backend, func(t *testing.T) { testLoseRankAndReset(t, backend) })
+	}
+}
+
+func testLoseRankAndReset(t *testing.T, backend string) {
 	runtime.GC()
 	baseG, baseFD := runtime.NumGoroutine(), openFDs()
 	d := newFakeDriver(t)
@@ -161,7 +167,7 @@ func TestElasticLoseRankAndReset(t *testing.T) {
 		ks[i] = d.worker(wid, 0, Config{
 			ProcessSets: [][]int{{0, 2}},
 			SetSpecs:    []SetSpec{{Name: "first two", Func: func(n int) []int { return []int{0, 1} }}},
-			Dynamic:     true, Logf: logf, Backend: "shm",
+			Dynamic:     true, Logf: logf, Backend: backend,
 		})
 	}
 	d.publish(0, wids, nil)
@@ -208,8 +214,15 @@ func TestElasticLoseRankAndReset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pending.Wait(); !IsInternalError(err) {
-		t.Fatalf("a pending op of the old world: %v", err)
+	waited := make(chan error, 1)
+	go func() { _, err := pending.Wait(); waited <- err }()
+	select {
+	case err := <-waited:
+		if !IsInternalError(err) {
+			t.Fatalf("a pending op of the old world: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a pending op of the old world still waits 10 s after the reset")
 	}
 	ws = initAll(t, ks[:2])
 	parallel(t, 2, func(i int) error {
