@@ -1,10 +1,13 @@
 // Package conformance is the backend conformance suite: every collective ×
 // dtype × op × size, checked on every rank against a simple reference
-// implementation. The same cases run with ranks as goroutines (RunInProcess,
-// from a backend's tests) and with ranks as real processes (RunWorker, from
-// cmd/hvd-conformance under hvdrun). Every case derives its inputs from
-// (rank, size, index), so each rank can check its own output without talking
-// to anyone.
+// implementation, and the engine's two contracts — the data plane's
+// declaration (backends.DataPlane) and the control plane
+// (backends.ControlPlane: GatherMsgs, BcastMsg, AllgatherStatus, Idle/Kick;
+// control.go). The same cases run with ranks as goroutines (RunAll, from
+// each backend's tests: tcp, shm, hier, and backends.Pair) and with ranks as
+// real processes (RunWorker, from cmd/hvdconform under hvdrun). Every case
+// derives its inputs from (rank, size, index), so each rank can check its
+// own output without talking to anyone.
 package conformance
 
 import (
@@ -34,6 +37,10 @@ type Options struct {
 	// DTypes default to all; Ops default to all.
 	DTypes []backends.DType
 	Ops    []backends.ReduceOp
+	// NoControl skips the control-plane cases: for a data plane that
+	// borrows its control plane (a backends.Pair is tested as a whole).
+	// Without it a communicator that is no backends.ControlPlane fails.
+	NoControl bool
 }
 
 func (o Options) withDefaults() Options {
@@ -190,7 +197,10 @@ func Cases(size int, o Options) []Case {
 	for _, n := range []int{8, 1<<20 + 5} {
 		cs = append(cs, concurrentP2PCase(n, 3), sendRecvPairCase(n))
 	}
-	cs = append(cs, tryP2PCase())
+	cs = append(cs, tryP2PCase(), dataPlaneCase())
+	if !o.NoControl {
+		cs = append(cs, controlCases(size)...)
+	}
 	return cs
 }
 
@@ -441,9 +451,16 @@ func sendRecvCase(n int) Case {
 // RunAll runs every case on all comms concurrently (one goroutine per rank)
 // and reports failures as subtests. A case that does not finish within
 // caseTimeout fails the test instead of hanging it.
+//
+// Unless o.NoControl, the last case closes the communicators (a Close must
+// wake a peer's Idle): RunAll must come last on them.
 func RunAll(t *testing.T, comms []backends.Communicator, o Options) {
 	t.Helper()
-	for _, cs := range Cases(len(comms), o) {
+	cases := Cases(len(comms), o)
+	if !o.NoControl {
+		cases = append(cases, closeWakesIdleCase())
+	}
+	for _, cs := range cases {
 		if !t.Run(cs.Name, func(t *testing.T) { runCase(t, comms, cs) }) && testing.Short() {
 			return
 		}
