@@ -8,8 +8,10 @@ import (
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
-// Sentinel errors; every error returned by the SDK wraps one of these (or a
-// backends error) and says what, where and what to do.
+// Sentinel errors: the SDK's one error vocabulary. Every error returned by
+// the SDK wraps one of these (the backends' sentinels are re-exported here,
+// so callers — cmd/libhvd's C error codes included — classify errors
+// through package sdk alone) and says what, where and what to do.
 var (
 	// ErrNotInitialized: the SDK was used before Init or after Shutdown.
 	ErrNotInitialized = errors.New("hvd: not initialized: call Init first (or the SDK was shut down)")
@@ -29,6 +31,16 @@ var (
 	ErrShutdown = engine.ErrShutdown
 	// ErrPeerFailure: a peer died or broke the protocol (see backends).
 	ErrPeerFailure = backends.ErrPeerFailure
+	// ErrClosed: a communicator was closed under the operation (the SDK or
+	// the set was shut down).
+	ErrClosed = backends.ErrClosed
+	// ErrUnsupported: the set's backend cannot do what was asked (an
+	// operation, a dtype, memory on a device it cannot move).
+	ErrUnsupported = backends.ErrUnsupported
+	// ErrStalled: the stall inspector gave up waiting for ranks that never
+	// submitted a tensor (HOROVOD_STALL_SHUTDOWN_TIME_SECONDS); every
+	// pending op of the set fails with it.
+	ErrStalled = engine.ErrStalled
 	// ErrRemoved: the elastic driver removed this worker from the job
 	// (docs/elastic.md); the worker should exit 0.
 	ErrRemoved = errors.New("hvd: this worker has been removed from the elastic job")

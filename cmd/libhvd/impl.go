@@ -26,7 +26,6 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk"
 )
 
@@ -63,7 +62,8 @@ func getHandle(id int64) (*sdk.Handle, error) {
 	return h, nil
 }
 
-// errorCode classifies an error for the caller (see codegen/abi/hvd.go).
+// errorCode classifies an error for the caller (see codegen/abi/hvd.go)
+// through the sdk's sentinels only.
 func errorCode(err error) int32 {
 	switch {
 	case errors.Is(err, errUnknownHandle):
@@ -78,16 +78,18 @@ func errorCode(err error) int32 {
 		return codeUnknownSet
 	case errors.Is(err, sdk.ErrProcessSetMismatch):
 		return codeProcessSetMismatch
-	case errors.Is(err, backends.ErrUnsupported):
+	case errors.Is(err, sdk.ErrUnsupported):
 		return codeUnsupported
 	case errors.Is(err, sdk.ErrMismatch):
 		return codeMismatch
-	case errors.Is(err, sdk.ErrShutdown), errors.Is(err, backends.ErrClosed):
+	case errors.Is(err, sdk.ErrShutdown), errors.Is(err, sdk.ErrClosed):
 		return codeShutdown
 	case errors.Is(err, sdk.ErrPeerFailure):
 		return codePeerFailure
 	case errors.Is(err, sdk.ErrInvalidArgument):
 		return codeInvalidArgument
+	case errors.Is(err, sdk.ErrStalled):
+		return codeInternal // Horovod: the stalled job is shut down (HorovodInternalError)
 	}
 	return codeInternal
 }
