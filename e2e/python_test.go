@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -268,6 +269,75 @@ func TestPythonElasticWorker(t *testing.T) {
 			args := append([]string{"-np", "3", python}, pytestArgs...)
 			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_NO_INIT=1", "HVD_BACKEND="+backend), append(args, "../python/tests/test_elastic.py")...)
 			checkPytest(t, out, code, 3)
+		})
+	}
+}
+
+// Elastic training under hvdrun's own elastic driver (both halves of
+// docs/elastic.md) with python/tests/elastic_train.py: a worker that fails
+// (its host is blacklisted, the others restore the last commit and go on),
+// a host added and a host removed by the discovery script. Every worker of
+// the last world finishes with the same parameters and the same batch, the
+// process set given as a function of the size follows the world, and no
+// /dev/shm segment is left.
+func TestPythonElasticDriver(t *testing.T) {
+	pkg := pythonPackage(t)
+	script, _ := filepath.Abs("../python/tests/elastic_train.py")
+	for _, tc := range []struct {
+		scenario, disc string
+		args           []string
+		size           int
+		want           []string
+	}{
+		{scenario: "fail", args: []string{"-np", "3", "--min-np", "2", "-H", "localhost:2,127.0.0.1:1"}, size: 2,
+			want: []string{"worker 127.0.0.1:0 (rank 2 of world 0) exited with status 1", "enter size 2 rank 0 batch 3", "enter size 2 rank 1 batch 3"}},
+		{scenario: "grow", disc: "echo localhost:2\n[ -f \"$FLAG\" ] && echo 127.0.0.1:1\nexit 0\n",
+			args: []string{"-np", "2", "--min-np", "2", "--max-np", "3"}, size: 3, want: []string{"world 1: 3 workers"}},
+		{scenario: "shrink", disc: "echo localhost:2\n[ -f \"$FLAG\" ] || echo 127.0.0.1:1\nexit 0\n",
+			args: []string{"-np", "3", "--min-np", "2", "--max-np", "3"}, size: 2,
+			want: []string{"removed 127.0.0.1:0", "this worker has been removed from the elastic job"}},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			before := shmSegments(t)
+			dir := t.TempDir()
+			flag := filepath.Join(dir, "flag")
+			args := tc.args
+			if tc.disc != "" {
+				disc := filepath.Join(dir, "discover.sh")
+				if err := os.WriteFile(disc, []byte("#!/bin/sh\nFLAG="+flag+"\n"+tc.disc), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				args = append(slices.Clone(args), "--host-discovery-script", disc)
+			}
+			args = append(slices.Clone(args), python, script)
+			out, code := hvdrun(t, 3*time.Minute, pyEnv(pkg, "HVD_TEST_SCENARIO="+tc.scenario, "HVD_TEST_FLAG="+flag), args...)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 80))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("no %q in the output", w)
+				}
+			}
+			done := regexp.MustCompile(`done size (\d+) batch (\d+) same=(\w+) sets=(\[[\d, ]*\])`).FindAllStringSubmatch(out, -1)
+			head := make([]string, tc.size-1)
+			for i := range head {
+				head[i] = strconv.Itoa(i)
+			}
+			if len(done) != tc.size {
+				t.Fatalf("%d workers finished, want %d:\n%s", len(done), tc.size, tail(out, 80))
+			}
+			for _, m := range done {
+				if m[1] != strconv.Itoa(tc.size) || m[2] != done[0][2] || m[3] != "True" || m[4] != "["+strings.Join(head, ", ")+"]" {
+					t.Errorf("a worker finished with %q; want size %d, batch %s, same parameters, set %v", m[0], tc.size, done[0][2], head)
+				}
+			}
+			if t.Failed() {
+				t.Logf("output:\n%s", tail(out, 80))
+			}
+			if after := shmSegments(t); len(after) > len(before) {
+				t.Errorf("segments left in /dev/shm: %v (before: %v)", after, before)
+			}
 		})
 	}
 }
