@@ -275,7 +275,8 @@ func TestPythonElasticWorker(t *testing.T) {
 
 // Elastic training under hvdrun's own elastic driver (both halves of
 // docs/elastic.md) with python/tests/elastic_train.py: a worker that fails
-// (its host is blacklisted, the others restore the last commit and go on),
+// or is killed with SIGKILL (its host is blacklisted, the others restore the
+// last commit and go on),
 // a host added and a host removed by the discovery script. Every worker of
 // the last world finishes with the same parameters and the same batch, the
 // process set given as a function of the size follows the world, and no
@@ -291,6 +292,8 @@ func TestPythonElasticDriver(t *testing.T) {
 	}{
 		{scenario: "fail", args: []string{"-np", "3", "--min-np", "2", "-H", "localhost:2,127.0.0.1:1"}, size: 2,
 			want: []string{"worker 127.0.0.1:0 (rank 2 of world 0) exited with status 1", "enter size 2 rank 0 batch 3", "enter size 2 rank 1 batch 3"}},
+		{scenario: "kill", args: []string{"-np", "3", "--min-np", "2", "-H", "localhost:2,127.0.0.1:1"}, size: 2,
+			want: []string{"worker 127.0.0.1:0 (rank 2 of world 0) exited with status", "enter size 2 rank 0 batch 3", "enter size 2 rank 1 batch 3"}},
 		{scenario: "grow", disc: "echo localhost:2\n[ -f \"$FLAG\" ] && echo 127.0.0.1:1\nexit 0\n",
 			args: []string{"-np", "2", "--min-np", "2", "--max-np", "3"}, size: 3, want: []string{"world 1: 3 workers"}},
 		{scenario: "shrink", disc: "echo localhost:2\n[ -f \"$FLAG\" ] || echo 127.0.0.1:1\nexit 0\n",

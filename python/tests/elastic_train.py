@@ -2,8 +2,9 @@
 hvdrun's elastic driver (docs/elastic.md). HVD_TEST_SCENARIO picks what
 happens at batch 3 of the first world:
 
-- fail: the worker 127.0.0.1:0 exits 1 (its host is blacklisted; the others
-  restore the last commit and go on in a world of 2);
+- fail / kill: the worker 127.0.0.1:0 exits 1 / is killed by SIGKILL (its
+  host is blacklisted; the others restore the last commit and go on in a
+  world of 2);
 - grow / shrink: rank 0 creates HVD_TEST_FLAG, which makes the discovery
   script add / remove the host 127.0.0.1 (a host update at a later commit);
   training goes on until the world has changed.
@@ -13,6 +14,7 @@ starts in a world and "done size S batch B same=True|False sets=..." at the
 end (same: every rank holds the same parameters).
 """
 import os
+import signal
 import time
 
 import torch
@@ -46,6 +48,8 @@ def train(state):
         if state.batch == 3:
             if SCENARIO == 'fail' and WID == '127.0.0.1:0':
                 os._exit(1)
+            if SCENARIO == 'kill' and WID == '127.0.0.1:0':
+                os.kill(os.getpid(), signal.SIGKILL)
             if SCENARIO in ('grow', 'shrink') and hvd.rank() == 0 and not os.path.exists(FLAG):
                 open(FLAG, 'w').close()
         torch.manual_seed(state.batch)
