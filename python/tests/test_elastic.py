@@ -111,3 +111,28 @@ def test_resets():
     assert hvd.remove_process_set(HEAD)
     ps = hvd.add_process_set([0])  # the oldest freed id (1, not 2) is reused
     assert ps.process_set_id == 1
+
+
+def test_sampler_after_reset():
+    if RANK == 2:
+        return  # removed from the job by test_resets
+    assert hvd.size() == 2
+    data = list(range(11))
+    sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=3)
+    state = hvd.elastic.TorchState(sampler=sampler, epoch=0)
+    order = torch.randperm(11, generator=torch.Generator().manual_seed(3)).tolist()
+    mine = list(sampler)
+    assert len(sampler) == 6 and mine == (order + order[:1])[RANK::2]
+    sampler.record_batch(0, 2)  # 2 samples on each of 2 ranks
+    state.commit()
+    assert sampler.state_dict() == {'epoch': 0, 'processed_num': 4}
+    sampler.record_batch(1, 2)
+    state.restore()  # back to the commit
+    sampler.reset()
+    rest = list(sampler)
+    both = hvd.allgather_object(rest)
+    assert sorted(both[0] + both[1]) == sorted(order[4:] + order[4:5]) and len(sampler) == 4
+    state.sync()  # rank 0's sampler state everywhere
+    assert sampler.state_dict() == {'epoch': 0, 'processed_num': 4}
+    sampler.set_epoch(1)
+    assert sampler.processed_num == 0 and len(sampler) == 6
