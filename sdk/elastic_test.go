@@ -529,3 +529,61 @@ func TestElasticNewWorkerAdoptsSets(t *testing.T) {
 		return nil
 	})
 }
+
+// The process-wide API: Init in an elastic worker joins the assigned world,
+// Run resets it into the next one (Current follows), Shutdown and Init
+// again join the world after.
+func TestElasticPackageLevel(t *testing.T) {
+	d := newFakeDriver(t)
+	k := d.worker("h:0", 0, Config{}) // for its configuration only
+	cfg := k.cfg
+	t.Cleanup(func() {
+		Shutdown()
+		globalMu.Lock()
+		if elasticWorker != nil {
+			elasticWorker.Close()
+		}
+		elasticWorker = nil
+		globalMu.Unlock()
+	})
+	d.publish(0, []string{"h:0"}, nil)
+	if err := Init(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := Current(); err != nil || w.Identity().Epoch != 0 || ElasticWorker() == nil {
+		t.Fatalf("after Init: %v %v", w, err)
+	}
+	calls := 0
+	v := 0
+	st := NewObjectState(map[string]any{"v": &v})
+	err := Run(st, func(w *World) error {
+		calls++
+		if cur, _ := Current(); cur != w {
+			return fmt.Errorf("Current is not the world Run passes")
+		}
+		if calls == 1 {
+			v = 1
+			if err := ElasticWorker().Commit(st); err != nil {
+				return err
+			}
+			v = 2 // not committed
+			d.publish(1, []string{"h:0"}, nil)
+			return fmt.Errorf("a collective failed: %w", ErrPeerFailure)
+		}
+		if w.Identity().Epoch != 1 || v != 1 {
+			return fmt.Errorf("after the reset: epoch %d, v %d (want 1, 1)", w.Identity().Epoch, v)
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("Run: %v after %d calls", err, calls)
+	}
+	Shutdown()
+	d.publish(2, []string{"h:0"}, nil)
+	if err := Init(Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if w, _ := Current(); w.Identity().Epoch != 2 {
+		t.Fatalf("Init after Shutdown joined epoch %d, want 2", w.Identity().Epoch)
+	}
+}
