@@ -501,7 +501,22 @@ func TestElasticNewWorkerAdoptsSets(t *testing.T) {
 		k.Shutdown()
 	}
 	d.publish(1, []string{"h:0", "h:1", "h:2"}, nil)
-	ks = append(ks, d.worker("h:2", 1, cfg()))
+	var logMu sync.Mutex
+	var logs []string
+	late := cfg()
+	late.Logf = func(format string, args ...any) {
+		logMu.Lock()
+		logs = append(logs, fmt.Sprintf(format, args...))
+		logMu.Unlock()
+	}
+	ks = append(ks, d.worker("h:2", 1, late))
+	defer func() {
+		logMu.Lock()
+		defer logMu.Unlock()
+		if s := strings.Join(logs, "\n"); !strings.Contains(s, "static process set #2") || !strings.Contains(s, "rank 0 has not") {
+			t.Errorf("the late worker's warning about static set [2]: %q", s)
+		}
+	}()
 	ws = initAll(t, ks)
 	parallel(t, 3, func(i int) error {
 		w := ws[i]

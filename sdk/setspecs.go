@@ -205,9 +205,12 @@ func (r *setRegistry) adopt(mine, root setPlan) setPlan {
 	root.size = mine.size
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	kept := map[int]bool{}
+	kept, statics := map[int]bool{}, map[int]bool{}
 	for _, e := range root.Sets {
 		kept[e.ID] = true
+		if e.Static >= 0 {
+			statics[e.Static] = true
+		}
 	}
 	for _, e := range r.entries {
 		if e.id != 0 && !kept[e.id] {
@@ -217,10 +220,13 @@ func (r *setRegistry) adopt(mine, root setPlan) setPlan {
 			}
 			root.dropped[e.id] = why
 		}
+		if e.id == 0 && e.static >= 0 && !statics[e.static] {
+			root.dropped[-1-e.static] = "the job does not register it any more (rank 0 has not: it was unregistered at an earlier reset)"
+		}
 	}
 	for k, why := range mine.dropped {
 		if k < 0 {
-			root.dropped[k] = why
+			root.dropped[k] = why // what this rank could not evaluate says more
 		}
 	}
 	return root
