@@ -268,7 +268,7 @@ func testLoseRankAndReset(t *testing.T, backend string) {
 	logMu.Lock()
 	warned := strings.Join(logs, "\n")
 	logMu.Unlock()
-	if !strings.Contains(warned, "process set 1 [0 2]") || !strings.Contains(warned, "unregistered at the reset into epoch 1") {
+	if !strings.Contains(warned, "process set 1 [0 2]") || !strings.Contains(warned, "unregistered in the world of epoch 1 (2 ranks)") {
 		t.Errorf("no warning for the unregistered sets: %s", warned)
 	}
 	// The removed worker is told so.

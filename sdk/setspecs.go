@@ -260,7 +260,7 @@ func (r *setRegistry) commit(p setPlan, epoch int) []string {
 		if !dropped {
 			continue
 		}
-		msg := fmt.Sprintf("%s was unregistered at the reset into epoch %d (world size %d): %s; using it is an error, add it again if needed",
+		msg := fmt.Sprintf("%s was unregistered in the world of epoch %d (%d ranks): %s; using it is an error, add it again if needed",
 			what, epoch, p.size, why)
 		warnings = append(warnings, "hvd: warning: "+msg)
 		if e.id != 0 {
