@@ -34,7 +34,7 @@ import (
 const adasumOp = 2
 
 // adasumTag tags the point-to-point messages of an Adasum allreduce on the
-// engine's communicator.
+// engine's data plane.
 const adasumTag uint32 = 0x41444153 // "ADAS"
 
 // sqrtDblMin is Horovod's threshold: below it a squared norm counts as 0.
@@ -59,36 +59,15 @@ type exchanger interface {
 	exchange(peer int, send, recv []byte) error
 }
 
-// commExchanger exchanges over a communicator's point-to-point messages:
-// SendRecv when the backend has it, else the lower rank sends first (safe
-// with rendezvous sends).
+// commExchanger exchanges over the data plane's point-to-point messages
+// (backends.Exchange: SendRecv when the plane has it).
 type commExchanger struct {
 	comm backends.Communicator
 	rank int
 }
 
 func (c commExchanger) exchange(peer int, send, recv []byte) error {
-	switch {
-	case len(send) == 0 && len(recv) == 0:
-		return nil
-	case len(recv) == 0:
-		return c.comm.Send(send, peer, adasumTag)
-	case len(send) == 0:
-		return c.comm.Recv(recv, peer, adasumTag)
-	}
-	if sr, ok := c.comm.(backends.SendRecver); ok {
-		return sr.SendRecv(send, peer, adasumTag, recv, peer, adasumTag)
-	}
-	if c.rank < peer {
-		if err := c.comm.Send(send, peer, adasumTag); err != nil {
-			return err
-		}
-		return c.comm.Recv(recv, peer, adasumTag)
-	}
-	if err := c.comm.Recv(recv, peer, adasumTag); err != nil {
-		return err
-	}
-	return c.comm.Send(send, peer, adasumTag)
+	return backends.Exchange(c.comm, peer, send, recv, adasumTag)
 }
 
 // adasumVHDD runs Adasum over the n members of a set (n a power of two) on
@@ -317,7 +296,7 @@ func f32ToHalf(dt backends.DType) func(float32) uint16 {
 
 // adasum executes a (possibly fused) Adasum allreduce response: the tensors
 // are packed into the fusion buffer (one tensor: its output buffer), scaled
-// by the prescale, combined by adasumVHDD over the set's communicator, and
+// by the prescale, combined by adasumVHDD over the set's data plane, and
 // scaled by the postscale, as Horovod's AdasumMPIAllreduceOp. Ranks that
 // have joined contribute zeros (whose coefficient leaves the other vector
 // unchanged).

@@ -42,7 +42,7 @@ func (e *Engine) complete(o *Op, err error) {
 }
 
 // execute runs one response. A backend error is returned (it breaks the
-// communicator, so the engine stops); a negotiation error only fails the
+// data plane, so the engine stops); a negotiation error only fails the
 // ops it names.
 func (e *Engine) execute(r *Response) error {
 	for _, n := range r.Names {
