@@ -268,13 +268,13 @@ func (e *Engine) exchangeStatus(status []uint64) ([][]uint64, error) {
 	if err := e.control.AllgatherStatus(words(status), buf); err != nil {
 		return nil, err
 	}
+	flat := make([]uint64, len(status)*e.n)
+	for i := range flat {
+		flat[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
 	all := make([][]uint64, e.n)
 	for r := range all {
-		v := make([]uint64, len(status))
-		for i := range v {
-			v[i] = binary.LittleEndian.Uint64(buf[per*r+8*i:])
-		}
-		all[r] = v
+		all[r] = flat[len(status)*r : len(status)*(r+1)]
 	}
 	return all, nil
 }
