@@ -93,7 +93,9 @@ func (w *World) hostsOf(ranks []int) [][]int {
 
 // mesh is one connected communicator of a set: the planes a set's engine
 // runs on and the registered backend that built them (its label names the
-// timeline's activities).
+// timeline's activities). Control is nil for a backend without a control
+// plane of its own until pairControl gives it one (the engine's mesh only:
+// point-to-point and hier's sub-communicators use Data alone).
 type mesh struct {
 	backends.Planes
 	backend backends.Backend
@@ -106,7 +108,11 @@ func (w *World) newComm(ctx context.Context, prefix string, setID int, gen int64
 	if gen > 0 {
 		name += "-g" + strconv.FormatInt(gen, 10)
 	}
-	return w.connect(ctx, name, ranks, false)
+	m, err := w.connect(ctx, name, ranks, false)
+	if err == nil && m.Control == nil && prefix == "ps" {
+		m, err = w.pairControl(ctx, m, name, ranks)
+	}
+	return m, err
 }
 
 // setInfo is what the registry decides a set's backend from.
@@ -126,9 +132,6 @@ func (w *World) connect(ctx context.Context, name string, ranks []int, flat bool
 	}
 	for i, b := range cands {
 		m, err := w.dial(ctx, b, name, ranks, hosts)
-		if err == nil && !b.OwnControl {
-			m, err = w.pairControl(ctx, m, name, ranks, len(hosts))
-		}
 		if err == nil {
 			for _, failed := range cands[:i] {
 				// Every member has read the failed backend's verdict: the
@@ -148,10 +151,15 @@ func (w *World) connect(ctx context.Context, name string, ranks []int, flat bool
 }
 
 // pairControl gives a data plane without a control plane of its own the
-// control plane of the set's host transport.
-func (w *World) pairControl(ctx context.Context, m mesh, name string, ranks []int, hosts int) (mesh, error) {
-	for _, b := range backends.ControlCandidates(w.setInfo(ranks, hosts, true)) {
+// control plane of the set's host transport (shm on one host, else tcp).
+func (w *World) pairControl(ctx context.Context, m mesh, name string, ranks []int) (mesh, error) {
+	var last error
+	for _, b := range backends.ControlCandidates(w.setInfo(ranks, len(w.hostsOf(ranks)), true)) {
 		cm, err := w.dial(ctx, b, name+"/ctl", ranks, nil)
+		if errors.Is(err, backends.ErrUnsupported) {
+			last = err // shm that cannot be used here: the next one
+			continue
+		}
 		if err != nil {
 			m.Close()
 			return mesh{}, err
@@ -165,11 +173,12 @@ func (w *World) pairControl(ctx context.Context, m mesh, name string, ranks []in
 		return mesh{Planes: p.Planes(), backend: m.backend}, nil
 	}
 	m.Close()
-	return mesh{}, fmt.Errorf("%w: %s: no registered backend can carry the control plane of a %s data plane", backends.ErrUnsupported, name, m.backend.Name)
+	return mesh{}, fmt.Errorf("%w: %s: no registered backend can carry the control plane of a %s data plane (%v)", backends.ErrUnsupported, name, m.backend.Name, last)
 }
 
 // dial connects one registered backend's communicator (the knobs become
-// its Config). hosts may be nil for a flat backend.
+// its Config); a backend with its own control plane is both planes. hosts
+// may be nil for a flat backend.
 func (w *World) dial(ctx context.Context, b backends.Backend, name string, ranks []int, hosts [][]int) (mesh, error) {
 	var planes backends.Planes
 	switch b.Name {
