@@ -33,6 +33,14 @@ const DefaultElasticTimeout = 600 * time.Second
 // ElasticScope is the store scope the driver writes (never epoch-mapped).
 const ElasticScope = "elastic"
 
+// AssignGrace is how much longer than HOROVOD_ELASTIC_TIMEOUT a worker
+// waits for the next world's assignment. The driver waits up to the same
+// timeout (--elastic-timeout) for enough slots and then ends the job with a
+// message naming the hosts; the worker's wait is only a backstop for a
+// driver that is gone, so it must not end first and turn that verdict into
+// "every worker failed".
+const AssignGrace = 10 * time.Second
+
 // epochPoll is how often a worker that joins a world checks whether the
 // driver has moved on to a newer one (step 5 of docs/elastic.md).
 const epochPoll = 100 * time.Millisecond
@@ -123,6 +131,7 @@ type Worker struct {
 	store   ElasticStore
 	client  *rendezvous.Client
 	timeout time.Duration
+	grace   time.Duration // AssignGrace; tests shorten it
 	logf    func(format string, args ...any)
 
 	epoch   int // epoch of the newest world joined; -1 before the first
@@ -162,7 +171,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if base.Timeout <= 0 {
 		base.Timeout = 30 * time.Second
 	}
-	k := &Worker{cfg: cfg, id: wid, base: base, timeout: timeout, epoch: -1, store: cfg.ElasticStore,
+	k := &Worker{cfg: cfg, id: wid, base: base, timeout: timeout, grace: AssignGrace, epoch: -1, store: cfg.ElasticStore,
 		reg: newSetRegistry(cfg.ProcessSets, cfg.SetSpecs)}
 	k.logf = cfg.Logf
 	if k.logf == nil {
@@ -175,7 +184,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("%w: elastic worker %s has no rendezvous store address (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT)", ErrInvalidArgument, wid)
 		}
 		// Epoch 0: the "elastic" scope is never epoch-mapped.
-		k.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: base.StoreAddr, Secret: base.Secret, Timeout: timeout})
+		k.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: base.StoreAddr, Secret: base.Secret, Timeout: timeout + k.grace})
 		k.store = clientElasticStore{k.client}
 	}
 	return k, nil
@@ -307,12 +316,12 @@ func (k *Worker) readEpoch(ctx context.Context) (int, bool, error) {
 
 func (k *Worker) waitAssign(ctx context.Context, epoch int) (Assignment, error) {
 	key := "assign." + strconv.Itoa(epoch)
-	wctx, cancel := context.WithTimeout(ctx, k.timeout)
+	wctx, cancel := context.WithTimeout(ctx, k.timeout+k.grace)
 	defer cancel()
 	v, err := k.store.Get(wctx, key)
 	if err != nil {
-		return Assignment{}, fmt.Errorf("hvd: elastic worker %s: no assignment %s/%s within %v (HOROVOD_ELASTIC_TIMEOUT): is hvdrun's elastic driver running? %w",
-			k.id, ElasticScope, key, k.timeout, err)
+		return Assignment{}, fmt.Errorf("hvd: elastic worker %s: no assignment %s/%s within %v (HOROVOD_ELASTIC_TIMEOUT + %v): is hvdrun's elastic driver running? %w",
+			k.id, ElasticScope, key, k.timeout, k.grace, err)
 	}
 	var a Assignment
 	if err := json.Unmarshal(v, &a); err != nil {

@@ -451,7 +451,7 @@ func TestElasticBadSetup(t *testing.T) {
 	}
 	d := newFakeDriver(t)
 	k := d.worker("h:0", 0, Config{})
-	k.timeout = 300 * time.Millisecond
+	k.timeout, k.grace = 300*time.Millisecond, 0
 	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "assign.0") || !strings.Contains(err.Error(), "HOROVOD_ELASTIC_TIMEOUT") {
 		t.Errorf("no assignment: %v", err)
 	}
@@ -463,6 +463,29 @@ func TestElasticBadSetup(t *testing.T) {
 	start := time.Now()
 	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "state.commit()") || time.Since(start) > 5*time.Second {
 		t.Errorf("a world that cannot form: %v after %v", err, time.Since(start))
+	}
+}
+
+// The wait for an assignment outlasts HOROVOD_ELASTIC_TIMEOUT by the
+// grace: the driver, waiting up to the same timeout for slots, gives its
+// verdict first (a worker that gave up first made "too few slots" look
+// like "every worker failed").
+func TestElasticAssignWaitOutlastsTimeout(t *testing.T) {
+	d := newFakeDriver(t)
+	k := d.worker("h:0", 0, Config{})
+	k.timeout, k.grace = 200*time.Millisecond, 5*time.Second
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		d.publish(0, []string{"h:0"}, nil)
+	}()
+	w, err := k.Init(context.Background())
+	if err != nil {
+		t.Fatalf("Init after the timeout, within the grace: %v", err)
+	}
+	k.Close()
+	_ = w
+	if AssignGrace < 5*time.Second {
+		t.Errorf("AssignGrace = %v: too short to let the driver speak first", AssignGrace)
 	}
 }
 
