@@ -35,6 +35,7 @@ class State:
         self._bcast_object = bcast_object
         self._rank = get_rank
         self._reset_callbacks = []
+        self._committed = False
 
     def register_reset_callbacks(self, callbacks):
         """Functions called (in order) after every reset, once the new world
@@ -50,6 +51,7 @@ class State:
         """Saves the state (the point a failure goes back to) and checks for
         host updates (may raise HostsUpdatedInterrupt on every rank)."""
         self.save()
+        self._committed = True
         self.check_host_updates()
 
     def check_host_updates(self):
@@ -134,7 +136,13 @@ def run_fn(func, reset_fn=reset):
                     state_.sync()
                     state_.save()
                 return func(state_, *args, **kwargs)
-            except HorovodInternalError:
+            except HorovodInternalError as e:
+                if getattr(state_, '_committed', True):
+                    sys.stderr.write('hvd: elastic: %s: restoring the last commit and resetting\n' % e)
+                else:
+                    sys.stderr.write('hvd: elastic: %s: no state.commit() was made yet, so the state goes back to '
+                                     'where this world started (synced from rank 0; in the first world, the initial '
+                                     'state): progress since is lost; call state.commit() regularly\n' % e)
                 state_.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as e:
