@@ -521,3 +521,82 @@ func TestElasticFixedHostsResetLimit(t *testing.T) {
 	j.check()
 	mustSay(t, j.output(), "hvdrun: elastic: worker 127.0.0.2:0 (rank 2 of world 0) exited with status 137 (killed by signal 9)")
 }
+
+// Fixed -H hosts: a worker failing by exception (the others go on in a
+// world of 2), then every worker failing: the job fails.
+func TestElasticEveryWorkerFails(t *testing.T) {
+	j := newElasticJob(t)
+	j.run(nil, "-np", "3", "--min-np", "1", "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1")
+	j.world(0, 3)
+	j.steps(0, 3)
+	j.touch("fail.127.0.0.2:0")
+	j.world(1, 2)
+	j.steps(1, 3)
+	j.touch("fail.all")
+	// The last two fail together: the driver may see one exit after it
+	// published world 2 for it.
+	j.failed(1, "hvdrun: elastic: every worker of world ")
+	j.check()
+	mustSay(t, j.output(), "hvdrun: elastic: worker 127.0.0.2:0 (rank 2 of world 0) exited with status 1",
+		"hvd: elastic: ", ": restoring the last commit and resetting")
+}
+
+// Every host blacklisted: the only host's worker fails; its other worker,
+// waiting in a collective, is stopped.
+func TestElasticEveryHostBlacklisted(t *testing.T) {
+	j := newElasticJob(t)
+	j.hosts("localhost:2")
+	j.run(nil, "-np", "2", "--min-np", "1", "--host-discovery-script", j.discovery())
+	j.world(0, 2)
+	j.steps(0, 3)
+	j.touch("fail.localhost:1")
+	j.failed(1, "hvdrun: elastic: every host is blacklisted (localhost); the last: worker localhost:1 (rank 1 of world 0) exited with status 1")
+	j.check()
+}
+
+// Too few hosts within --elastic-timeout: with --min-np 2, a failure
+// leaves one slot; the driver waits 3 s, then fails and stops the survivor.
+func TestElasticTooFewHosts(t *testing.T) {
+	j := newElasticJob(t)
+	j.hosts("localhost:1", "127.0.0.1:1")
+	j.run(nil, "-np", "2", "--min-np", "2", "--host-discovery-script", j.discovery(), "--elastic-timeout", "3")
+	j.world(0, 2)
+	j.steps(0, 3)
+	j.touch("fail.127.0.0.1:0")
+	j.failed(1, "hvdrun: elastic: fewer than --min-np 2 slots within --elastic-timeout 3s: 1 available (localhost:1); blacklisted: 127.0.0.1")
+	j.check()
+}
+
+// A worker that never calls commit: after a kill -9 of the other, the
+// survivor goes back to the state of the world's start (the initial
+// state: commits=0, world 0's digest) and says why; in the world of 1 the
+// dynamic set [0 1] cannot exist and is unregistered with a warning.
+func TestElasticNoCommit(t *testing.T) {
+	j := newElasticJob(t)
+	j.hosts("localhost:1", "127.0.0.1:2")
+	j.run([]string{"HVD_TEST_NOCOMMIT=1"}, "-np", "3", "--min-np", "1", "--host-discovery-script", j.discovery())
+	j.world(0, 3)
+	j.waitFor("training steps", 60*time.Second, func(recs []eRec, _ string) bool {
+		for _, r := range recs {
+			if r.tag == "STEP" {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(500 * time.Millisecond)
+	j.hosts("localhost:1")
+	if err := syscall.Kill(j.pid("127.0.0.1:1"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	j.world(1, 1)
+	time.Sleep(500 * time.Millisecond)
+	j.touch("stop")
+	j.finished(1)
+	enter := j.check()
+	if e0, e1 := enter[0][0], enter[1][0]; e1.f["commits"] != "0" || e1.f["sum"] != e0.f["sum"] {
+		t.Errorf("world 1 entered at commits=%s sum=%s; want the initial state, commits=0 sum=%s", e1.f["commits"], e1.f["sum"], e0.f["sum"])
+	}
+	mustSay(t, j.output(), "[localhost:0]<stderr>:hvd: elastic: ", "no state.commit() was made yet, so the state goes back to where this world started",
+		"was unregistered")
+}
