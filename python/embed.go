@@ -14,7 +14,7 @@ import (
 // The patterns name the files (a directory pattern would drop names
 // starting with "_", such as __init__.py, and take __pycache__).
 //
-//go:embed hvd/*.py hvd/*/*.py
+//go:embed hvd/*.py hvd/*/*.py hvd/*/*/*.py
 var files embed.FS
 
 // FS returns the package sources, rooted above hvd/: paths look like
