@@ -600,3 +600,66 @@ func TestElasticNoCommit(t *testing.T) {
 	mustSay(t, j.output(), "[localhost:0]<stderr>:hvd: elastic: ", "no state.commit() was made yet, so the state goes back to where this world started",
 		"was unregistered")
 }
+
+// Network-namespace hosts through the ssh stand-in (as TestNetFaults):
+// hvdrun and two workers in namespace A, one in B. B's link is cut
+// (ip link set down) mid-step: A's workers detect the silent peer within
+// --gloo-timeout-seconds and wait for the next world. B's worker does not
+// notice (hvd's engine gives a rank other than the coordinator no timeout
+// while it waits for the coordinator's answer), and the driver sees it
+// running: nothing tells it the world is broken. With real ssh the session
+// ends only if ssh's keep-alive is on (hvdrun sets no ServerAliveInterval),
+// so the test does what that keep-alive would do: it ends the remote worker
+// (SIGKILL), the driver blacklists B and A's workers go on in a world of 2
+// from their last commit. Then the discovery script names a host that
+// cannot be reached (the stand-in knows no namespace for it and exits 255,
+// as ssh does): its worker fails to start, the host is blacklisted with a
+// message naming it, and training goes on.
+func TestElasticNetnsLinkCut(t *testing.T) {
+	h := newNetHosts(t)
+	j := newElasticJob(t)
+	j.netns = h.nsA
+	unreachable := strings.TrimSuffix(h.ipB, ".2") + ".9"
+	const gloo = 4
+	j.hosts(h.ipA+":2", h.ipB+":1")
+	j.run([]string{"HVD_SSH=" + h.sshStub, "HVD_TEST_NETNS_MAP=" + h.hostMap},
+		"-np", "3", "--min-np", "1", "--host-discovery-script", j.discovery(), "--gloo-timeout-seconds", strconv.Itoa(gloo))
+	j.world(0, 3)
+	j.steps(0, 5)
+	remote := j.pid(h.ipB + ":0")
+	cut := time.Now()
+	h.ip(t, "-n", h.nsB, "link", "set", h.vB, "down")
+	j.waitFor("both workers on A failing", 30*time.Second, func(recs []eRec, _ string) bool {
+		n := 0
+		for _, r := range recs {
+			if r.tag == "FAULT" && r.wid != h.ipB+":0" {
+				n++
+			}
+		}
+		return n == 2
+	})
+	detected := time.Since(cut)
+	t.Logf("A's workers failed %v after the cut (--gloo-timeout-seconds %d)", detected.Round(time.Millisecond), gloo)
+	if detected > (gloo+5)*time.Second {
+		t.Errorf("A's workers took %v to notice the cut", detected)
+	}
+	time.Sleep(2 * time.Second)
+	if syscall.Kill(remote, 0) == nil && !strings.Contains(j.output(), "world 1:") {
+		t.Logf("known gap: %v after the cut, B's worker (pid %d) still runs and the driver has published no new world", time.Since(cut).Round(time.Millisecond), remote)
+	}
+	syscall.Kill(remote, syscall.SIGKILL) // what ssh's keep-alive would end
+	j.world(1, 2)
+	j.steps(1, 3)
+	j.hosts(h.ipA+":2", h.ipB+":1", unreachable+":1")
+	j.waitFor("the unreachable host blacklisted", 60*time.Second, func(_ []eRec, out string) bool {
+		return strings.Contains(out, "hvdrun: elastic: blacklisting host "+unreachable)
+	})
+	j.steps(1, 6)
+	j.touch("stop")
+	j.finished(2)
+	h.reset()
+	j.check()
+	mustSay(t, j.output(), "hvdrun: elastic: blacklisting host "+h.ipB+" for good",
+		"hvdrun: elastic: worker "+unreachable+":0 (rank 2 of world 2) exited with status 255",
+		"netns-ssh: unknown host "+unreachable, "or the network to it is cut: restoring the last commit and resetting")
+}
