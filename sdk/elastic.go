@@ -17,6 +17,7 @@ import (
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
+	"golang.org/x/sys/unix"
 )
 
 // Elastic workers (docs/elastic.md). A Worker is one process of an elastic
@@ -140,6 +141,21 @@ type Worker struct {
 	reg     *setRegistry
 	lastSeq int64 // newest hosts_updated seq acted on (Horovod's last timestamp)
 	resetCb []func()
+	trace   bool // HVD_ELASTIC_TRACE: log the phases of a (re-)initialisation
+}
+
+// tracef logs one phase of a (re-)initialisation with CLOCK_MONOTONIC's
+// time, the clock Python's time.monotonic() reads, so that bench/elastic
+// can line it up with its own and the training script's timestamps. Only
+// with HVD_ELASTIC_TRACE=1 (a debugging aid, not an interface).
+func (k *Worker) tracef(event string, epoch int) {
+	if !k.trace {
+		return
+	}
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
+		fmt.Fprintf(os.Stderr, "hvd: elastic trace: %s epoch=%d t=%d.%09d\n", event, epoch, ts.Sec, ts.Nsec)
+	}
 }
 
 // NewWorker reads the elastic environment (through cfg.Getenv):
@@ -173,6 +189,9 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	k := &Worker{cfg: cfg, id: wid, base: base, timeout: timeout, grace: AssignGrace, epoch: -1, store: cfg.ElasticStore,
 		reg: newSetRegistry(cfg.ProcessSets, cfg.SetSpecs)}
+	if v, _ := getenv("HVD_ELASTIC_TRACE"); strings.TrimSpace(v) == "1" {
+		k.trace = true
+	}
 	k.logf = cfg.Logf
 	if k.logf == nil {
 		k.logf = func(format string, args ...any) {
@@ -232,11 +251,13 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 			target = cur
 		}
 	}
+	k.tracef("init", target)
 	for {
 		a, err := k.waitAssign(ctx, target)
 		if err != nil {
 			return nil, err
 		}
+		k.tracef("assigned", target)
 		me, ok := a.Workers[k.id]
 		if !ok || slices.Contains(a.Removed, k.id) {
 			k.epoch = target
@@ -244,6 +265,7 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 		}
 		w, err := k.start(ctx, target, me)
 		if err == nil {
+			k.tracef("world", target)
 			k.epoch, k.assign, k.world = target, a, w
 			return w, nil
 		}
