@@ -6,12 +6,14 @@ added in the first world of 3 workers or more).
 Every line it prints starts with a tag and carries key=value fields; the
 test parses them (docs/elastic.md, "Tests"):
 
-  ENTER world= size= rank= pid= epoch= batch= commits= sum= sets=
-      the training function starts in a world (after the sync from rank 0);
+  BOOT  t=   the process started (before torch is imported)
+  ENTER world= size= rank= pid= port= epoch= batch= commits= sum= sets= synced= t=
+      the training function starts in a world (after the sync from rank 0,
+      at synced; t after the process-set checks);
       sets=ok when an allreduce on every registered process set gave the
       right answer and the sets hold the ranks the reset rules give
   SAVE  world= rank= epoch= batch= commits= sum=     a commit's save
-  RESTORE world= rank= epoch= batch= commits= sum=   after a failure
+  RESTORE t= world= rank= epoch= batch= commits= sum=   after a failure
   FAULT world= rank= t=   HorovodInternalError seen (monotonic clock)
   STEP  world= rank= commits= t=   the first step completed in a world
   DONE  world= size= rank= epoch= batch= commits= sum= same=
@@ -24,17 +26,21 @@ Control, by files in $HVD_TEST_DIR (written by the test):
   fail.all      every worker raises at its next step
 Environment: HVD_TEST_STEP_SLEEP (seconds per step, default 0.02),
 HVD_TEST_NOCOMMIT=1 (never commit: a failure restores the initial state),
-HVD_TEST_MAX_COMMITS (ends training, default 3000).
+HVD_TEST_MAX_COMMITS (ends training, default 3000). All times are
+time.monotonic() (CLOCK_MONOTONIC, one clock for every process here), as in
+the sdk's HVD_ELASTIC_TRACE=1 lines that bench/elastic reads.
 """
 import hashlib
 import os
 import sys
 import time
 
-import torch
+print('BOOT t=%.6f' % time.monotonic(), flush=True)  # before torch is imported
 
-import hvd.torch as hvd
-from hvd.common import _abi, process_sets
+import torch  # noqa: E402
+
+import hvd.torch as hvd  # noqa: E402
+from hvd.common import _abi, process_sets  # noqa: E402
 
 DIR = sys.argv[1] if len(sys.argv) > 1 else os.environ["HVD_TEST_DIR"]
 WID = os.environ['HVD_ELASTIC_WORKER_ID']
@@ -84,7 +90,7 @@ class LoggedState(hvd.elastic.TorchState):
 
     def restore(self):
         super().restore()
-        log('RESTORE', **self.fields())
+        log('RESTORE', t='%.6f' % time.monotonic(), **self.fields())
 
 
 state = LoggedState(model, opt, sampler=sampler, epoch=0, batch=0, commits=0)
@@ -146,10 +152,11 @@ def step(x, y):
 
 @hvd.elastic.run
 def train(state):
+    synced = time.monotonic()
     world = _abi.elastic_epoch()
     f = state.fields()
     log('ENTER', world=world, size=hvd.size(), rank=hvd.rank(), pid=os.getpid(), port=os.environ.get('HOROVOD_GLOO_RENDEZVOUS_PORT', ''), epoch=f['epoch'],
-        batch=f['batch'], commits=f['commits'], sum=f['sum'], sets=check_sets(), t='%.6f' % time.monotonic())
+        batch=f['batch'], commits=f['commits'], sum=f['sum'], sets=check_sets(), synced='%.6f' % synced, t='%.6f' % time.monotonic())
     first = True
     try:
         while True:
