@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -61,7 +62,7 @@ class Job:
         env = dict(os.environ, PYTHONPATH=args.pythonpath, PYTHONDONTWRITEBYTECODE='1',
                    HOROVOD_DYNAMIC_PROCESS_SETS='1', HVD_ELASTIC_TRACE='1')
         cmd = [args.hvdrun, '-np', str(np), '--min-np', '1', '--host-discovery-script', disc,
-               sys.executable, args.script, self.dir]
+               args.python, args.script, self.dir]
         self.lines = []  # (t, worker id or '', text)
         self.cond = threading.Condition()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -122,6 +123,11 @@ class Job:
     def entered(self, world, size):
         return len([r for r in self.records('ENTER') if r['world'] == str(world)]) == size
 
+    def save_log(self, path):
+        with open(path, 'w') as f:
+            for t, wid, text in self.lines:
+                f.write('%.6f [%s] %s\n' % (t, wid, text))
+
     def stop(self):
         open(os.path.join(self.dir, 'stop'), 'w').close()
         try:
@@ -136,7 +142,7 @@ def commits_in(job, world):
     return max([int(r['commits']) for r in job.records('SAVE') if r['world'] == str(world)] or [0])
 
 
-def kill_trial(args):
+def kill_trial(args, log):
     job = Job(args, ['localhost:2', '127.0.0.1:1', '127.0.0.2:1'], 4)
     try:
         job.wait(lambda ls: job.entered(0, 4))
@@ -161,15 +167,17 @@ def kill_trial(args):
         res['driver_published'] = published[0] - t0 if published else None
         res['first_detect'] = min(fault[w] for w in survivors) - t0
         code = job.stop()
+        job.save_log(log)
         if code != 0:
             raise RuntimeError('job exited %d:\n%s' % (code, job.tail()))
         return res
     finally:
         if job.proc.poll() is None:
             os.killpg(job.proc.pid, signal.SIGKILL)
+        shutil.rmtree(job.dir, ignore_errors=True)
 
 
-def grow_trial(args):
+def grow_trial(args, log):
     job = Job(args, ['localhost:2', '127.0.0.1:1'], 3)
     try:
         job.wait(lambda ls: job.entered(0, 3))
@@ -189,12 +197,14 @@ def grow_trial(args):
                'rendezvous': max(world.values()) - t0, 'sync': max(synced.values()) - t0,
                'step': max(step.values()) - t0}
         code = job.stop()
+        job.save_log(log)
         if code != 0:
             raise RuntimeError('job exited %d:\n%s' % (code, job.tail()))
         return res
     finally:
         if job.proc.poll() is None:
             os.killpg(job.proc.pid, signal.SIGKILL)
+        shutil.rmtree(job.dir, ignore_errors=True)
 
 
 def table(title, rows, order, notes, chain):
@@ -220,13 +230,14 @@ def main():
     ap.add_argument('--script', required=True)
     ap.add_argument('--out', required=True)
     ap.add_argument('--trials', type=int, default=5)
+    ap.add_argument('--python', default='/usr/bin/python3', help='the workers\' Python (with torch)')
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     kills, grows = [], []
     for i in range(args.trials):
-        kills.append(kill_trial(args))
+        kills.append(kill_trial(args, os.path.join(args.out, 'kill-%d.log' % i)))
         print('kill trial %d: %s' % (i, json.dumps({k: round(v, 4) for k, v in kills[-1].items()})), flush=True)
-        grows.append(grow_trial(args))
+        grows.append(grow_trial(args, os.path.join(args.out, 'grow-%d.log' % i)))
         print('grow trial %d: %s' % (i, json.dumps({k: round(v, 4) for k, v in grows[-1].items()})), flush=True)
     with open(os.path.join(args.out, 'kill.json'), 'w') as f:
         json.dump(kills, f, indent=1)

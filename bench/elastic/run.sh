@@ -33,10 +33,10 @@ go build -buildmode=c-shared -o "$build/python/hvd/libhvd.so" ./cmd/libhvd
   echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "commit: $(git rev-parse --short HEAD)"
   echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'))"
-  echo "python: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)')"
+  echo "python: $(/usr/bin/python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)')"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$out/machine.txt"
-python3 bench/elastic/recovery.py --hvdrun "$build/hvdrun" --pythonpath "$build/python" \
+/usr/bin/python3 bench/elastic/recovery.py --hvdrun "$build/hvdrun" --pythonpath "$build/python" \
   --script "$root/e2e/testdata/elastic_train.py" --out "$out" --trials "$trials" | tee "$out/tables.md"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
 cat "$out/machine.txt"
