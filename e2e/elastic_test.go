@@ -32,7 +32,9 @@ import (
 //   - the process sets work in every world (an allreduce on each with the
 //     right sum; the size-function set and the dynamic set follow the rules);
 //   - nothing is left: no process of the job, no new /dev/shm/hvd-*
-//     segment, no listening socket of the job's store.
+//     segment, no listening socket of the job's store (checked in the test's
+//     network namespace: for the netns scenario the store listened in A, so
+//     there only the processes and /dev/shm are checked).
 
 // eRec is one tagged line of elastic_train.py.
 type eRec struct {
@@ -415,7 +417,7 @@ func listening(port string) bool {
 	return false
 }
 
-// done asserts that the job succeeded and every worker of the last world
+// finished asserts that the job succeeded and every worker of the last world
 // finished with the same parameters.
 func (j *elasticJob) finished(size int) {
 	t := j.t
