@@ -43,7 +43,16 @@ func newFakeDriver(t *testing.T) *fakeDriver {
 
 // publish writes the world of epoch n: workers in rank order (all on one
 // host), then moves elastic/epoch to n.
+// From a goroutine other than the test's it must run while the test does
+// (t.Error is safe there, t.Fatal is not).
 func (d *fakeDriver) publish(n int, workers []string, removed []string) {
+	if err := d.publishNoFail(n, workers, removed); err != nil {
+		d.t.Error(err)
+	}
+}
+
+// publishNoFail is publish for goroutines other than the test's.
+func (d *fakeDriver) publishNoFail(n int, workers []string, removed []string) error {
 	a := Assignment{Epoch: n, Size: len(workers), Workers: map[string]WorkerAssignment{}, Removed: removed}
 	for r, wid := range workers {
 		a.Workers[wid] = WorkerAssignment{Rank: r, Size: len(workers), LocalRank: r, LocalSize: len(workers), CrossSize: 1, Hostname: "h"}
@@ -51,16 +60,14 @@ func (d *fakeDriver) publish(n int, workers []string, removed []string) {
 	b, _ := json.Marshal(a)
 	ctx := context.Background()
 	if err := d.c.Put(ctx, ElasticScope, "assign."+strconv.Itoa(n), b); err != nil {
-		d.t.Fatal(err)
+		return err
 	}
-	if err := d.c.Put(ctx, ElasticScope, "epoch", []byte(strconv.Itoa(n))); err != nil {
-		d.t.Fatal(err)
-	}
+	return d.c.Put(ctx, ElasticScope, "epoch", []byte(strconv.Itoa(n)))
 }
 
 func (d *fakeDriver) hostsUpdated(seq int64, flags int) {
 	if err := d.c.Put(context.Background(), ElasticScope, "hosts_updated", []byte(fmt.Sprintf("%d,%d", seq, flags))); err != nil {
-		d.t.Fatal(err)
+		d.t.Error(err)
 	}
 }
 
@@ -431,10 +438,12 @@ func TestElasticInitMovesToNewerEpoch(t *testing.T) {
 	d := newFakeDriver(t)
 	ks := []*Worker{d.worker("h:0", 0, Config{}), d.worker("h:1", 0, Config{})}
 	d.publish(0, []string{"h:0", "h:1", "h:ghost"}, nil)
+	published := make(chan error, 1)
 	go func() {
 		time.Sleep(500 * time.Millisecond)
-		d.publish(1, []string{"h:1", "h:0"}, []string{"h:ghost"})
+		published <- d.publishNoFail(1, []string{"h:1", "h:0"}, []string{"h:ghost"})
 	}()
+	t.Cleanup(func() { <-published })
 	start := time.Now()
 	ws := initAll(t, ks)
 	if ws[0].Rank() != 1 || ws[1].Rank() != 0 || ks[0].Epoch() != 1 || time.Since(start) > 10*time.Second {
@@ -474,11 +483,16 @@ func TestElasticAssignWaitOutlastsTimeout(t *testing.T) {
 	d := newFakeDriver(t)
 	k := d.worker("h:0", 0, Config{})
 	k.timeout, k.grace = 200*time.Millisecond, 5*time.Second
+	published := make(chan struct{})
 	go func() {
+		// No t.Fatal here: publish may run after a failed Init ended the
+		// test; it reports through the channel the test waits on.
+		defer close(published)
 		time.Sleep(600 * time.Millisecond)
-		d.publish(0, []string{"h:0"}, nil)
+		d.publishNoFail(0, []string{"h:0"}, nil)
 	}()
 	w, err := k.Init(context.Background())
+	<-published
 	if err != nil {
 		t.Fatalf("Init after the timeout, within the grace: %v", err)
 	}
