@@ -65,6 +65,26 @@ func (s clientElasticStore) TryGet(ctx context.Context, key string) ([]byte, boo
 	return s.c.TryGet(ctx, ElasticScope, key)
 }
 
+func (s clientElasticStore) Put(ctx context.Context, key string, value []byte) error {
+	return s.c.Put(ctx, ElasticScope, key, value)
+}
+
+// FailureReporter is an ElasticStore a worker can write its failure
+// reports to (the job's store is one; a test's ElasticStore may be).
+type FailureReporter interface {
+	Put(ctx context.Context, key string, value []byte) error
+}
+
+// FailedKey is the key (scope "elastic") of the failure report that worker
+// reporter writes about the world of epoch N (docs/elastic.md): its value
+// is the worker id of the peer whose failure broke that world.
+func FailedKey(epoch int, reporter string) string {
+	return "failed." + strconv.Itoa(epoch) + "." + reporter
+}
+
+// reportTimeout bounds the write of a failure report.
+const reportTimeout = 2 * time.Second
+
 // Assignment is the value of elastic/assign.<N>: the world of epoch N.
 type Assignment struct {
 	Epoch   int                         `json:"epoch"`
@@ -140,6 +160,12 @@ type Worker struct {
 	world   *World
 	reg     *setRegistry
 	lastSeq int64 // newest hosts_updated seq acted on (Horovod's last timestamp)
+	// watched are the process sets of the current world as it started
+	// (their engines outlive the world's Close, which forgets its sets):
+	// the next Init reads why they stopped (reportFailure).
+	watched  []*ProcessSet
+	reported int   // newest epoch whose failure was considered; -1 none
+	failErr  error // the internal error Run reset after, for reportFailure
 	resetCb []func()
 	trace   bool // HVD_ELASTIC_TRACE: log the phases of a (re-)initialisation
 }
@@ -187,7 +213,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if base.Timeout <= 0 {
 		base.Timeout = 30 * time.Second
 	}
-	k := &Worker{cfg: cfg, id: wid, base: base, timeout: timeout, grace: AssignGrace, epoch: -1, store: cfg.ElasticStore,
+	k := &Worker{cfg: cfg, id: wid, base: base, timeout: timeout, grace: AssignGrace, epoch: -1, reported: -1, store: cfg.ElasticStore,
 		reg: newSetRegistry(cfg.ProcessSets, cfg.SetSpecs)}
 	if v, _ := getenv("HVD_ELASTIC_TRACE"); strings.TrimSpace(v) == "1" {
 		k.trace = true
@@ -242,6 +268,7 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 	k.world = nil
 	target := k.base.Epoch
 	if k.epoch >= 0 {
+		k.reportFailure(ctx)
 		target = k.epoch + 1
 		cur, ok, err := k.readEpoch(ctx)
 		if err != nil {
@@ -267,6 +294,12 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 		if err == nil {
 			k.tracef("world", target)
 			k.epoch, k.assign, k.world = target, a, w
+			w.mu.RLock()
+			k.watched = k.watched[:0]
+			for _, id := range w.order {
+				k.watched = append(k.watched, w.sets[id])
+			}
+			w.mu.RUnlock()
 			return w, nil
 		}
 		cur, ok, rerr := k.readEpoch(ctx)
@@ -322,6 +355,87 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 	cancel() // a store read in flight ends now (Start keeps nothing of ctx)
 	<-done
 	return w, err
+}
+
+// reportFailure tells the driver which peer broke the world this worker
+// leaves (docs/elastic.md, "Failures"): when a collective of that world
+// failed with an error naming a peer (a *backends.PeerError with its
+// global rank), it writes elastic/failed.<N>.<this id> = the peer's worker
+// id in that world's assignment. The driver stops a reported worker that
+// still runs (a host cut off from the network: its process lives on) and
+// publishes the next world instead of waiting for it. Best effort, once per
+// world; k.mu is held.
+func (k *Worker) reportFailure(ctx context.Context) {
+	if k.reported >= k.epoch {
+		return
+	}
+	k.reported = k.epoch
+	culprit, why := -1, k.failErr
+	k.failErr = nil
+	if g, ok := peerCulprit(why, nil); ok {
+		culprit = g
+	}
+	for _, ps := range k.watched {
+		if culprit >= 0 {
+			break
+		}
+		if ps == nil || ps.eng == nil {
+			continue
+		}
+		if g, ok := peerCulprit(ps.eng.Err(), ps.ranks); ok {
+			culprit, why = g, ps.eng.Err()
+			break
+		}
+	}
+	if culprit < 0 {
+		return
+	}
+	wid := ""
+	for id, m := range k.assign.Workers {
+		if m.Rank == culprit {
+			wid = id
+		}
+	}
+	if wid == "" || wid == k.id {
+		return
+	}
+	rep, ok := k.store.(FailureReporter)
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	key := FailedKey(k.epoch, k.id)
+	if err := rep.Put(rctx, key, []byte(wid)); err != nil {
+		k.logf("hvd: elastic: reporting worker %s (rank %d of epoch %d) as failed: %v", wid, culprit, k.epoch, err)
+		return
+	}
+	k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %v", wid, culprit, k.epoch, ElasticScope+"/"+key, why)
+}
+
+// peerCulprit returns the global rank of the peer err blames, when err is
+// a *backends.PeerError and that peer failed by itself: a peer that closed
+// its communicator or stopped on purpose after its own failure ("it
+// stopped: <its reason>", the tcp backend) is alive and resetting, so it is
+// not named. ranks maps set ranks to global ranks when the error does not
+// carry the global rank.
+func peerCulprit(err error, ranks []int) (int, bool) {
+	var pe *backends.PeerError
+	if err == nil || !errors.As(err, &pe) {
+		return -1, false
+	}
+	if pe.Err != nil {
+		if msg := pe.Err.Error(); strings.HasPrefix(msg, "it stopped:") || strings.Contains(msg, "closed the communicator (shut down)") {
+			return -1, false
+		}
+	}
+	if pe.Global >= 0 {
+		return pe.Global, true
+	}
+	if pe.Peer >= 0 && pe.Peer < len(ranks) {
+		return ranks[pe.Peer], true
+	}
+	return -1, false
 }
 
 func (k *Worker) readEpoch(ctx context.Context) (int, bool, error) {
@@ -498,6 +612,9 @@ func (k *Worker) run(st State, fn func(w *World) error, join func() (*World, err
 		case errors.As(err, &hu):
 			skipSync = hu.SkipSync
 		case IsInternalError(err):
+			k.mu.Lock()
+			k.failErr = err
+			k.mu.Unlock()
 			if rerr := st.Restore(); rerr != nil {
 				return fmt.Errorf("hvd: elastic: restoring the last commit after %v: %w", err, rerr)
 			}

@@ -639,3 +639,90 @@ func TestElasticPackageLevel(t *testing.T) {
 		t.Fatalf("Init after Shutdown joined epoch %d, want 2", w.Identity().Epoch)
 	}
 }
+
+// A survivor whose collective failed naming a peer reports that peer's
+// worker id to the driver (elastic/failed.<N>.<reporter>) when it resets;
+// the peer here hangs alive (a host cut off from the network), so only the
+// report lets the driver move on. The failure is injected into the
+// survivors' engines as the backends report a peer that went silent.
+func TestElasticReportsFailedPeer(t *testing.T) {
+	d := newFakeDriver(t)
+	wids := []string{"h:0", "h:1", "h:2"}
+	ks := make([]*Worker, 3)
+	for i, wid := range wids {
+		ks[i] = d.worker(wid, 0, Config{Logf: t.Logf})
+	}
+	d.publish(0, wids, nil)
+	initAll(t, ks)
+	silent := &backends.PeerError{Peer: 2, Global: 2, Op: "allreduce", Err: errors.New("timed out after 4s waiting for data")}
+	parallel(t, 3, func(i int) error {
+		k := ks[i]
+		errGone := errors.New("h:2 gone")
+		n := 0
+		err := k.Run(NewObjectState(map[string]any{"n": &n}), func(w *World) error {
+			if k.Epoch() == 1 {
+				return nil
+			}
+			if i == 2 {
+				// Hangs in the step, reporting nothing, until the driver
+				// has both reports and publishes the next world without it.
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				for _, r := range wids[:2] {
+					if _, err := d.c.Get(ctx, ElasticScope, FailedKey(0, r)); err != nil {
+						return fmt.Errorf("no report by %s: %v", r, err)
+					}
+				}
+				if err := d.publishNoFail(1, wids[:2], []string{"h:2"}); err != nil {
+					return err
+				}
+				return errGone
+			}
+			// What a collective returns when h:2 went silent (the tcp
+			// backend's timeout): h:2 never joins a step here.
+			return fmt.Errorf("hvd: allreduce on process set 0 [0 1 2]: %w", silent)
+		})
+		if i == 2 && errors.Is(err, errGone) {
+			return nil
+		}
+		return err
+	})
+	for _, r := range wids[:2] {
+		v, ok, err := d.c.TryGet(context.Background(), ElasticScope, FailedKey(0, r))
+		if err != nil || !ok || string(v) != "h:2" {
+			t.Errorf("%s: report %q (%v, %v), want h:2", FailedKey(0, r), v, ok, err)
+		}
+	}
+	if _, ok, _ := d.c.TryGet(context.Background(), ElasticScope, FailedKey(0, "h:2")); ok {
+		t.Errorf("the hung worker reported")
+	}
+	if _, ok, _ := d.c.TryGet(context.Background(), ElasticScope, FailedKey(1, "h:0")); ok {
+		t.Errorf("a report about the world of epoch 1, which ended well")
+	}
+}
+
+func TestPeerCulprit(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, -1},
+		{errors.New("x"), -1},
+		{ErrShutdown, -1},
+		{&backends.PeerError{Peer: 1, Global: 5, Err: errors.New("i/o timeout")}, 5},
+		{fmt.Errorf("hvd: engine: message from set rank 1: %w", &backends.PeerError{Peer: 1, Global: -1, Err: errors.New("i/o timeout")}), 7},
+		{&backends.PeerError{Peer: 1, Global: 5, Err: errors.New("it stopped: hvd: allreduce: rank 2: i/o timeout")}, -1},
+		{&backends.PeerError{Peer: 1, Global: 5, Err: errors.New("it stopped: rank 1 closed the communicator (shut down)")}, -1},
+		{&backends.PeerError{Peer: 1, Global: 5, Err: errors.New("closed the communicator (shut down)")}, -1},
+		{&backends.PeerError{Peer: 1, Global: 5, Err: errors.New("process exited")}, 5},
+		{&backends.PeerError{Peer: -1, Global: -1, Err: errors.New("i/o timeout")}, -1},
+	} {
+		got, ok := peerCulprit(c.err, []int{3, 7})
+		if !ok {
+			got = -1
+		}
+		if got != c.want {
+			t.Errorf("peerCulprit(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}

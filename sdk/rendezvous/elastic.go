@@ -25,3 +25,23 @@ func (s *Server) AddPlan(plan map[string]int) {
 		delete(s.finished, k)
 	}
 }
+
+// Prefixed returns a copy of every key of scope that starts with prefix,
+// with its value (nil when there is none). hvdrun's elastic driver reads the
+// workers' failure reports (elastic/failed.<N>.<reporter>, docs/elastic.md)
+// with it, without a round trip through its own HTTP listener. Safe for
+// concurrent use.
+func (s *Server) Prefixed(scope, prefix string) map[string][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out map[string][]byte
+	for k, v := range s.data[scope] {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			if out == nil {
+				out = map[string][]byte{}
+			}
+			out[k] = append([]byte(nil), v...)
+		}
+	}
+	return out
+}

@@ -60,3 +60,31 @@ func TestServerSetAndAddPlan(t *testing.T) {
 		t.Fatal("plan scope global.e1 not cleared once its one rank finished")
 	}
 }
+
+func TestServerPrefixed(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	s, err := NewServer(ServerConfig{Addr: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if m := s.Prefixed("elastic", "failed.1."); m != nil {
+		t.Errorf("empty store: %v", m)
+	}
+	c := NewClient(ClientConfig{Addr: s.Addr(), Secret: secret, Timeout: 5 * time.Second})
+	defer c.Close()
+	ctx := context.Background()
+	for k, v := range map[string]string{"failed.1.h:0": "h:2", "failed.10.h:1": "h:3", "failed.1.h:1": "h:2", "epoch": "1"} {
+		if err := c.Put(ctx, "elastic", k, []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := s.Prefixed("elastic", "failed.1.")
+	if len(m) != 2 || string(m["failed.1.h:0"]) != "h:2" || string(m["failed.1.h:1"]) != "h:2" {
+		t.Errorf("Prefixed = %q", m)
+	}
+	m["failed.1.h:0"][0] = 'x' // a copy
+	if v := s.Prefixed("elastic", "failed.1.h:0")["failed.1.h:0"]; string(v) != "h:2" {
+		t.Errorf("the store's value changed through the copy: %q", v)
+	}
+}
