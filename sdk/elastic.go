@@ -166,8 +166,8 @@ type Worker struct {
 	watched  []*ProcessSet
 	reported int   // newest epoch whose failure was considered; -1 none
 	failErr  error // the internal error Run reset after, for reportFailure
-	resetCb []func()
-	trace   bool // HVD_ELASTIC_TRACE: log the phases of a (re-)initialisation
+	resetCb  []func()
+	trace    bool // HVD_ELASTIC_TRACE: log the phases of a (re-)initialisation
 }
 
 // tracef logs one phase of a (re-)initialisation with CLOCK_MONOTONIC's
