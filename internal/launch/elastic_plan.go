@@ -15,12 +15,14 @@ const (
 
 // ElasticStore is the rendezvous store of an elastic job: the driver writes
 // the scope "elastic" into it (Set, like an authenticated PUT) and declares
-// each new world's plan scopes (AddPlan, which keeps every key).
-// *rendezvous.Server has both.
+// each new world's plan scopes (AddPlan, which keeps every key), and reads
+// the workers' failure reports (Prefixed: a copy of every key of scope
+// starting with prefix, with its value). *rendezvous.Server has all three.
 type ElasticStore interface {
 	StoreServer
 	Set(scope, key string, value []byte)
 	AddPlan(plan map[string]int)
+	Prefixed(scope, prefix string) map[string][]byte
 }
 
 // ElasticStoreFactory starts an ElasticStore, as StoreFactory.

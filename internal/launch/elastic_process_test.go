@@ -427,3 +427,54 @@ func TestElasticRemoteHosts(t *testing.T) {
 	mustContain(t, "stdout", r.stdout.String(), "[hvd-fake-remote:0]<stdout>:world 2 rank 1\n")
 	r.finish()
 }
+
+// A worker whose host is cut off from the network stays alive; the
+// survivors' collectives with it fail and they report it
+// (elastic/failed.<N>.<reporter>): the driver stops it, blacklists its host
+// and publishes the next world within ReportGrace and a tick, instead of
+// waiting for the process to exit. A report against a worker that reported
+// too (a survivor blamed by another survivor) is not acted on, nor a report
+// of a worker about itself.
+func TestElasticReportedWorkerStopped(t *testing.T) {
+	r := elasticJob(t)
+	r.hosts("localhost:1", "127.0.0.1:1", "127.0.0.2:1")
+	r.start("-np", "3", "--min-np", "1", "--host-discovery-script", r.discovery())
+	r.waitLog("localhost:0 0 0 3 0 0", "127.0.0.1:0 0 1 3 1 0", "127.0.0.2:0 0 2 3 2 0")
+	hung := r.pid("127.0.0.2:0", 0)
+	r.cmd("127.0.0.2:0", "hang")
+	r.waitLog("127.0.0.2:0 0 hangs")
+	reported := time.Now()
+	r.cmd("localhost:0", "report 127.0.0.1:0") // blames a survivor that reports too
+	r.cmd("127.0.0.1:0", "report 127.0.0.2:0")
+	r.waitLog("localhost:0 0 reported 127.0.0.1:0", "127.0.0.1:0 0 reported 127.0.0.2:0")
+	r.waitPublished("epoch=1")
+	if took := time.Since(reported); took > ReportGrace+2*time.Second {
+		t.Errorf("the next world came %v after the report", took)
+	}
+	r.checkWorld(1, "localhost:0 127.0.0.1:0", "127.0.0.2:0")
+	r.waitLog("localhost:0 1 0 2 0 0", "127.0.0.1:0 1 1 2 1 0")
+	assertGoneWithin(t, 3*time.Second, hung) // SIGTERM is ignored: SIGKILL after the grace
+	r.cmd("all", "exit 0")
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+	}
+	mustContain(t, "stderr", r.stderr.String(),
+		"hvdrun: elastic: worker 127.0.0.2:0 (rank 2 of world 0) was reported failed by worker 127.0.0.1:0",
+		"hvdrun: elastic: blacklisting host 127.0.0.2 for good\n",
+		"hvdrun: elastic: world 1: 2 workers on localhost:1,127.0.0.1:1\n")
+	if strings.Contains(r.stderr.String(), "127.0.0.1:0 (rank 1 of world 0) was reported") {
+		t.Errorf("the blamed survivor was stopped:\n%s", r.stderr.String())
+	}
+	r.finish()
+}
+
+func assertGoneWithin(t *testing.T, d time.Duration, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !processGone(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still runs %v later", pid, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -65,6 +65,10 @@ type elasticDriver struct {
 	reportedFinish bool
 	lastSeq        int64
 
+	// reportSeen: when the driver first saw each failure report of the
+	// current world (elastic/failed.<N>.<reporter>); cleared by publish.
+	reportSeen map[string]time.Time
+
 	discOK      time.Time // last successful discovery
 	discFailing bool
 
@@ -94,7 +98,7 @@ func (j *Job) runElastic(ctx context.Context) error {
 		j: j, p: p, secretHex: hex.EncodeToString(secret), stdout: stdout, stderr: stderr,
 		byPgid: map[int]*eWorker{}, byID: map[string]*eWorker{},
 		bl:    NewBlacklist(p.CooldownMin, p.CooldownMax, p.Rand),
-		avail: map[string]int{},
+		avail: map[string]int{}, reportSeen: map[string]time.Time{},
 	}
 	if j.Opts.OutputDir != "" {
 		if err := os.MkdirAll(j.Opts.OutputDir, 0o755); err != nil {
@@ -264,6 +268,10 @@ func (d *elasticDriver) onTick(now time.Time) {
 	if d.ending {
 		return
 	}
+	d.checkReports(now)
+	if d.ending {
+		return
+	}
 	if d.discFailing && now.Sub(d.discOK) > d.p.Timeout {
 		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf("elastic: host discovery has failed for longer than --elastic-timeout %v", d.p.Timeout)})
 		return
@@ -384,6 +392,7 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	}
 	prev := d.world
 	d.world = next
+	clear(d.reportSeen)
 	d.resetPending = false
 	d.waitSince = time.Time{}
 	type startFailure struct {
@@ -632,6 +641,65 @@ func (d *elasticDriver) workerFailed(w *eWorker, what string, now time.Time) {
 	d.printf("%s", msg)
 	d.resetPending = true
 	d.evaluate(now)
+}
+
+// ReportGrace is how long a failure report waits before the driver acts on
+// it: a reported worker that dies meanwhile fails by its exit status, and
+// one that reports a failure itself meanwhile is alive and resetting (a
+// survivor blamed by another survivor that only saw it abort), so the
+// report against it is dropped.
+const ReportGrace = time.Second
+
+// checkReports acts on the workers' failure reports about the current
+// world (docs/elastic.md, "Failures"): elastic/failed.<N>.<reporter> =
+// <worker id>. A reported worker of world N that still runs ReportGrace
+// after the report was first seen, and has reported nothing itself, is cut
+// off (its host lost the network: its process, or its ssh, lives on) and
+// fails: it is stopped, its host blacklisted, and the next world follows.
+// Reports about older worlds, about workers that are gone or stopping, by
+// workers outside the world, and of a worker about itself are ignored.
+func (d *elasticDriver) checkReports(now time.Time) {
+	if d.world == nil || d.finishing || d.store == nil {
+		return
+	}
+	prefix := "failed." + strconv.Itoa(d.epoch) + "."
+	reports := d.store.Prefixed(ScopeElastic, prefix)
+	if len(reports) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(reports))
+	for k := range reports {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	reporters := map[string]bool{}
+	for _, k := range keys {
+		reporters[strings.TrimPrefix(k, prefix)] = true
+	}
+	for _, k := range keys {
+		reporter, culprit := strings.TrimPrefix(k, prefix), strings.TrimSpace(string(reports[k]))
+		if culprit == reporter || d.rankOf(reporter) < 0 || d.rankOf(culprit) < 0 || reporters[culprit] {
+			continue
+		}
+		w := d.byID[culprit]
+		if w == nil || !d.alive(w) {
+			continue
+		}
+		seen, ok := d.reportSeen[k]
+		if !ok {
+			d.reportSeen[k] = now
+			continue
+		}
+		if now.Sub(seen) < ReportGrace {
+			continue
+		}
+		what := fmt.Sprintf("worker %s (rank %d of world %d) was reported failed by worker %s (its collectives with it failed) but still runs: its host is cut off; stopping it",
+			w.id, d.rankOf(w.id), d.epoch, reporter)
+		w.failure = &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + what}
+		d.stop(w, now)
+		d.workerFailed(w, what, now)
+		return // the world has changed (or the job ended): the rest is about the old one
+	}
 }
 
 // outcomes lists what is known of every worker of the current world.

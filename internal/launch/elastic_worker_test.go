@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +25,11 @@ import (
 // until the driver publishes a newer epoch (where a real worker's
 // collectives would fail), then re-reads. Test files in $D steer it:
 // cmd.<id>.e<start epoch>, cmd.<id> or cmd.all holding "exit N" makes it
-// exit with N (':' in ids written '_').
+// exit with N (':' in ids written '_'); "report <id>" makes it write the
+// failure report elastic/failed.<T>.<its id> = <id> once per world (what a
+// real worker writes when its collectives failed naming that peer);
+// "hang" makes it stop following the protocol and ignore SIGTERM (a worker
+// whose host is cut off from the network: alive, silent).
 //
 // Every line it appends to $D/log is "<id> <epoch> <rank> <size> <start
 // rank> <start epoch>"; its pid goes to $D/<id>.<start epoch>.pid.
@@ -64,6 +70,7 @@ func fakeElasticWorker() int {
 		return fail("%v", err)
 	}
 	defer logf.Close()
+	reported := -1
 	for target := startEpoch; ; {
 		b, err := c.Get(ctx, "elastic", "assign."+strconv.Itoa(target))
 		if err != nil {
@@ -83,9 +90,24 @@ func fakeElasticWorker() int {
 		for next := false; !next; {
 			for _, f := range []string{"cmd." + safe + ".e" + strconv.Itoa(startEpoch), "cmd." + safe, "cmd.all"} {
 				if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
-					if code, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "exit "); ok {
+					text := strings.TrimSpace(string(b))
+					if code, ok := strings.CutPrefix(text, "exit "); ok {
 						n, _ := strconv.Atoi(code)
 						return n
+					}
+					if text == "hang" {
+						signal.Ignore(syscall.SIGTERM)
+						fmt.Fprintf(logf, "%s %d hangs\n", id, target)
+						for {
+							time.Sleep(time.Hour)
+						}
+					}
+					if culprit, ok := strings.CutPrefix(text, "report "); ok && reported < target {
+						reported = target
+						if err := c.Put(ctx, "elastic", "failed."+strconv.Itoa(target)+"."+id, []byte(culprit)); err != nil {
+							return fail("%v", err)
+						}
+						fmt.Fprintf(logf, "%s %d reported %s\n", id, target, culprit)
 					}
 				}
 			}
