@@ -363,41 +363,44 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 // global rank), it writes elastic/failed.<N>.<this id> = the peer's worker
 // id in that world's assignment. The driver stops a reported worker that
 // still runs (a host cut off from the network: its process lives on) and
-// publishes the next world instead of waiting for it. Best effort, once per
-// world; k.mu is held.
+// publishes the next world instead of waiting for it. When the world failed
+// without naming anyone (or named this worker), the value is empty: the
+// report then only says that this worker is alive and resetting, so that
+// the driver neither waits for it nor believes another survivor that
+// blamed it. Best effort, once per world; k.mu is held.
 func (k *Worker) reportFailure(ctx context.Context) {
 	if k.reported >= k.epoch {
 		return
 	}
 	k.reported = k.epoch
-	culprit, why := -1, k.failErr
+	why := k.failErr
 	k.failErr = nil
-	if g, ok := peerCulprit(why, nil); ok {
-		culprit = g
-	}
+	culprit, _ := peerCulprit(why, nil)
 	for _, ps := range k.watched {
-		if culprit >= 0 {
-			break
-		}
 		if ps == nil || ps.eng == nil {
 			continue
 		}
-		if g, ok := peerCulprit(ps.eng.Err(), ps.ranks); ok {
-			culprit, why = g, ps.eng.Err()
-			break
+		err := ps.eng.Err()
+		if err == nil || errors.Is(err, ErrShutdown) {
+			continue
+		}
+		if why == nil {
+			why = err
+		}
+		if culprit < 0 {
+			if g, ok := peerCulprit(err, ps.ranks); ok {
+				culprit, why = g, err
+			}
 		}
 	}
-	if culprit < 0 {
-		return
+	if why == nil {
+		return // the world ended well (a host update, a removal)
 	}
 	wid := ""
 	for id, m := range k.assign.Workers {
-		if m.Rank == culprit {
+		if m.Rank == culprit && culprit >= 0 && id != k.id {
 			wid = id
 		}
-	}
-	if wid == "" || wid == k.id {
-		return
 	}
 	rep, ok := k.store.(FailureReporter)
 	if !ok {
@@ -407,10 +410,12 @@ func (k *Worker) reportFailure(ctx context.Context) {
 	defer cancel()
 	key := FailedKey(k.epoch, k.id)
 	if err := rep.Put(rctx, key, []byte(wid)); err != nil {
-		k.logf("hvd: elastic: reporting worker %s (rank %d of epoch %d) as failed: %v", wid, culprit, k.epoch, err)
+		k.logf("hvd: elastic: reporting the failure of the world of epoch %d to the driver: %v", k.epoch, err)
 		return
 	}
-	k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %v", wid, culprit, k.epoch, ElasticScope+"/"+key, why)
+	if wid != "" {
+		k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %v", wid, culprit, k.epoch, ElasticScope+"/"+key, why)
+	}
 }
 
 // peerCulprit returns the global rank of the peer err blames, when err is

@@ -354,6 +354,16 @@ func TestElasticRunRestoresAndResets(t *testing.T) {
 		results[i] = result{k.Epoch(), batch, resets, resumedAt}
 		return err
 	})
+	// The survivors saw h:2 close its communicator (on purpose, for all
+	// they know): each reports that it resets, naming nobody.
+	for _, r := range wids[:2] {
+		if v, ok, err := d.c.TryGet(context.Background(), ElasticScope, FailedKey(0, r)); err != nil || !ok || len(v) != 0 {
+			t.Errorf("%s: %q (%v, %v), want an empty report", FailedKey(0, r), v, ok, err)
+		}
+	}
+	if _, ok, _ := d.c.TryGet(context.Background(), ElasticScope, FailedKey(0, "h:2")); ok {
+		t.Errorf("the dying worker reported")
+	}
 	for i, r := range results[:2] {
 		if r != (result{1, 10, 1, 5}) {
 			t.Errorf("worker %d: %+v, want epoch 1, batch 10, one reset, resumed at the last commit (5)", i, r)

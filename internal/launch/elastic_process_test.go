@@ -2,6 +2,7 @@ package launch
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -431,11 +432,18 @@ func TestElasticRemoteHosts(t *testing.T) {
 // A worker whose host is cut off from the network stays alive; the
 // survivors' collectives with it fail and they report it
 // (elastic/failed.<N>.<reporter>): the driver stops it, blacklists its host
-// and publishes the next world within ReportGrace and a tick, instead of
-// waiting for the process to exit. A report against a worker that reported
-// too (a survivor blamed by another survivor) is not acted on, nor a report
-// of a worker about itself.
+// and publishes the next world instead of waiting for the process to exit.
+// With every other worker's report in (quorum), it acts after ReportMin; a
+// report against a worker that reported too (a survivor blamed by another
+// survivor) is not acted on. With a survivor silent, it acts after
+// ReportGrace.
 func TestElasticReportedWorkerStopped(t *testing.T) {
+	for _, quorum := range []bool{true, false} {
+		t.Run(map[bool]string{true: "quorum", false: "grace"}[quorum], func(t *testing.T) { testReportedWorkerStopped(t, quorum) })
+	}
+}
+
+func testReportedWorkerStopped(t *testing.T, quorum bool) {
 	r := elasticJob(t)
 	r.hosts("localhost:1", "127.0.0.1:1", "127.0.0.2:1")
 	r.start("-np", "3", "--min-np", "1", "--host-discovery-script", r.discovery())
@@ -444,12 +452,20 @@ func TestElasticReportedWorkerStopped(t *testing.T) {
 	r.cmd("127.0.0.2:0", "hang")
 	r.waitLog("127.0.0.2:0 0 hangs")
 	reported := time.Now()
-	r.cmd("localhost:0", "report 127.0.0.1:0") // blames a survivor that reports too
+	if quorum {
+		r.cmd("localhost:0", "report 127.0.0.1:0") // blames a survivor that reports too
+	}
 	r.cmd("127.0.0.1:0", "report 127.0.0.2:0")
-	r.waitLog("localhost:0 0 reported 127.0.0.1:0", "127.0.0.1:0 0 reported 127.0.0.2:0")
+	r.waitLog("127.0.0.1:0 0 reported 127.0.0.2:0")
 	r.waitPublished("epoch=1")
-	if took := time.Since(reported); took > ReportGrace+2*time.Second {
-		t.Errorf("the next world came %v after the report", took)
+	took := time.Since(reported)
+	if lo, hi := ReportMin, ReportMin+time.Second; !quorum {
+		lo, hi = ReportGrace, ReportGrace+time.Second
+		if took < lo || took > hi {
+			t.Errorf("the next world came %v after the report, want [%v, %v]", took, lo, hi)
+		}
+	} else if took > hi {
+		t.Errorf("the next world came %v after the reports, want at most %v", took, hi)
 	}
 	r.checkWorld(1, "localhost:0 127.0.0.1:0", "127.0.0.2:0")
 	r.waitLog("localhost:0 1 0 2 0 0", "127.0.0.1:0 1 1 2 1 0")
@@ -476,5 +492,21 @@ func assertGoneWithin(t *testing.T, d time.Duration, pid int) {
 			t.Fatalf("process %d still runs %v later", pid, d)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestExiting(t *testing.T) {
+	if exiting(os.Getpid()) {
+		t.Error("this process is exiting")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	waitFor(t, func() bool { return exiting(pid) }) // a zombie until reaped
+	cmd.Wait()
+	if !exiting(pid) {
+		t.Error("a reaped process is not exiting")
 	}
 }

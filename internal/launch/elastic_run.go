@@ -643,21 +643,26 @@ func (d *elasticDriver) workerFailed(w *eWorker, what string, now time.Time) {
 	d.evaluate(now)
 }
 
-// ReportGrace is how long a failure report waits before the driver acts on
-// it: a reported worker that dies meanwhile fails by its exit status, and
-// one that reports a failure itself meanwhile is alive and resetting (a
-// survivor blamed by another survivor that only saw it abort), so the
-// report against it is dropped.
-const ReportGrace = time.Second
+// Failure reports (docs/elastic.md, "Failures") are acted on once every
+// other running worker of the world has reported (each report, empty or
+// not, says its writer is alive and resetting), but not before ReportMin
+// after the driver first saw the report (a dead worker's exit is seen
+// first), and at the latest ReportGrace after it.
+const (
+	ReportMin   = 200 * time.Millisecond
+	ReportGrace = 2 * time.Second
+)
 
 // checkReports acts on the workers' failure reports about the current
-// world (docs/elastic.md, "Failures"): elastic/failed.<N>.<reporter> =
-// <worker id>. A reported worker of world N that still runs ReportGrace
-// after the report was first seen, and has reported nothing itself, is cut
-// off (its host lost the network: its process, or its ssh, lives on) and
-// fails: it is stopped, its host blacklisted, and the next world follows.
-// Reports about older worlds, about workers that are gone or stopping, by
-// workers outside the world, and of a worker about itself are ignored.
+// world: elastic/failed.<N>.<reporter> = <worker id> (or empty: the
+// reporter resets, naming nobody). A reported worker of world N that still
+// runs and has reported nothing itself is cut off (its host lost the
+// network: its process, or its ssh, lives on) and fails: it is stopped, its
+// host blacklisted, and the next world follows. Reports about older worlds,
+// about workers that are gone or stopping, by workers outside the world,
+// and of a worker about itself are ignored; so is a report against a
+// worker that reported too (a survivor blamed by another that only saw it
+// abort).
 func (d *elasticDriver) checkReports(now time.Time) {
 	if d.world == nil || d.finishing || d.store == nil {
 		return
@@ -678,19 +683,30 @@ func (d *elasticDriver) checkReports(now time.Time) {
 	}
 	for _, k := range keys {
 		reporter, culprit := strings.TrimPrefix(k, prefix), strings.TrimSpace(string(reports[k]))
-		if culprit == reporter || d.rankOf(reporter) < 0 || d.rankOf(culprit) < 0 || reporters[culprit] {
+		if culprit == "" || culprit == reporter || d.rankOf(reporter) < 0 || d.rankOf(culprit) < 0 || reporters[culprit] {
 			continue
 		}
 		w := d.byID[culprit]
-		if w == nil || !d.alive(w) {
+		if w == nil || !d.alive(w) || exiting(w.proc.cmd.Process.Pid) {
 			continue
 		}
 		seen, ok := d.reportSeen[k]
 		if !ok {
+			seen = now
 			d.reportSeen[k] = now
+		}
+		waited := now.Sub(seen)
+		if waited < ReportMin {
 			continue
 		}
-		if now.Sub(seen) < ReportGrace {
+		quorum := true
+		for _, s := range d.world {
+			x := d.byID[WorkerID(s)]
+			if x != nil && x != w && d.alive(x) && !reporters[x.id] {
+				quorum = false
+			}
+		}
+		if !quorum && waited < ReportGrace {
 			continue
 		}
 		what := fmt.Sprintf("worker %s (rank %d of world %d) was reported failed by worker %s (its collectives with it failed) but still runs: its host is cut off; stopping it",
@@ -700,6 +716,17 @@ func (d *elasticDriver) checkReports(now time.Time) {
 		d.workerFailed(w, what, now)
 		return // the world has changed (or the job ended): the rest is about the old one
 	}
+}
+
+// exiting reports whether process pid (a child of hvdrun) has exited and
+// waits to be reaped, or is gone: its exit event is on its way.
+func exiting(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
 // outcomes lists what is known of every worker of the current world.
