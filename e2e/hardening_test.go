@@ -34,8 +34,12 @@ func TestStoppedRank(t *testing.T) {
 		failBy   time.Duration // the job must have ended by then
 		minNotes int
 	}{
-		{"defaults/shm/np2", 2, nil, 60 * time.Second, 2},
+		// Stopped while the other's op waits at the coordinator for it
+		// (found by the engine's heartbeat round, 5 s, then the timeout).
+		{"defaults/shm/np2/op-pending", 2, []string{"HVD_TEST_STOP_AFTER=1"}, 60 * time.Second, 2},
+		// Stopped at once: the others block in a data-plane wait on it.
 		{"timeout3s/tcp/np3", 3, []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=3", "HVD_BACKEND=tcp"}, 20 * time.Second, 2},
+		{"timeout3s/shm/np3/op-pending", 3, []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=3", "HVD_TEST_STOP_AFTER=1"}, 20 * time.Second, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := shmSegments(t)

@@ -397,8 +397,8 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 			Data: sc.eng.Data, Control: sc.eng.Control, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
 			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.backend.Label, CacheCapacity: w.knobs.cache,
-			CycleTime: w.knobs.cycle,
-			Spin:      w.engineSpin(),
+			CycleTime: w.knobs.cycle, Heartbeat: heartbeat,
+			Spin: w.engineSpin(),
 		})
 		if err != nil {
 			return err
@@ -661,3 +661,8 @@ func storeBindHost(storeAddr string) string {
 	}
 	return "0.0.0.0"
 }
+
+// heartbeat is how often an engine whose ops wait for other ranks checks,
+// with an empty round, that they are still there (engine.Config.Heartbeat):
+// a stopped rank is then found within this plus HOROVOD_GLOO_TIMEOUT_SECONDS.
+const heartbeat = 5 * time.Second

@@ -16,6 +16,10 @@ hvd.init()
 r, n = hvd.rank(), hvd.size()
 hvd.allreduce(np.ones(4, np.float32), name='warmup')
 if r == n - 1:
+    # HVD_TEST_STOP_AFTER: stay alive this long first, so that the others'
+    # op is already negotiated and waits at the coordinator for this rank
+    # (no data-plane wait is in progress when it stops).
+    time.sleep(float(os.environ.get('HVD_TEST_STOP_AFTER', '0')))
     os.kill(os.getpid(), signal.SIGSTOP)
     time.sleep(600)  # only reached if continued: the job must not need it
     sys.exit(3)

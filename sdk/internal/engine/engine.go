@@ -120,6 +120,10 @@ type Config struct {
 	// are negotiated (and fused) together. 0: a round starts at once. A
 	// round a peer starts is joined at once when this rank has no work.
 	CycleTime time.Duration
+	// Heartbeat: while ops of this rank wait for other ranks, an empty
+	// round every Heartbeat checks that the peers are still there (see
+	// heartbeatIn). 0 disables it.
+	Heartbeat time.Duration
 }
 
 // Engine runs one process set's negotiation and execution on its own

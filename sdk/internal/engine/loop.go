@@ -153,6 +153,9 @@ func (e *Engine) loop() {
 			if e.coord != nil && e.cfg.StallWarning > 0 {
 				timeout = max(time.Until(e.lastStall.Add(e.cfg.StallWarning)), time.Millisecond)
 			}
+			if beat := e.heartbeatIn(); beat >= 0 && (timeout < 0 || beat < timeout) {
+				timeout = beat
+			}
 			incoming, err := e.control.Idle(timeout)
 			if err != nil {
 				e.stop(err)
@@ -164,7 +167,10 @@ func (e *Engine) loop() {
 					e.stop(err)
 					return
 				}
-				continue
+				if e.heartbeatIn() != 0 {
+					continue
+				}
+				// Heartbeat due: an empty round (below) probes every member.
 			}
 		}
 		e.pace()
@@ -183,6 +189,28 @@ func (e *Engine) loop() {
 			return
 		}
 	}
+}
+
+// heartbeatIn returns how long until this rank should start an empty round
+// to check that its peers are still there (0: now), or -1 when none is
+// needed. One is needed while ops of this rank wait for other ranks: the
+// engine is event-driven, so without it a rank whose op waits at the
+// coordinator for a peer that has stopped (SIGSTOP, swapped out) would
+// idle forever; the empty round blocks on that peer, and the data plane's
+// stall notices and timeout (HOROVOD_GLOO_TIMEOUT_SECONDS) name it — as
+// Horovod's background loop, which talks to every rank each cycle, does.
+// A live peer answers the round from its own Idle at once.
+func (e *Engine) heartbeatIn() time.Duration {
+	if e.cfg.Heartbeat <= 0 {
+		return -1
+	}
+	e.mu.Lock()
+	pending := len(e.table) > 0 || len(e.joins) > 0
+	e.mu.Unlock()
+	if !pending {
+		return -1
+	}
+	return max(time.Until(e.lastRound.Add(e.cfg.Heartbeat)), 0)
 }
 
 // pace implements CycleTime: a round with work of this rank's own starts
