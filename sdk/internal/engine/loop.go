@@ -158,6 +158,11 @@ func (e *Engine) loop() {
 			}
 			incoming, err := e.control.Idle(timeout)
 			if err != nil {
+				// A peer left or died while this rank idled. Close this rank's
+				// side too, so that members already waiting on it (in a round
+				// it will never join) fail at once instead of after the
+				// timeout; members that do not need it finish their op.
+				e.closePlanes()
 				e.stop(err)
 				return
 			}
