@@ -347,18 +347,7 @@ func (e *Engine) adasum(r *Response) error {
 		}
 	} else {
 		buf = e.fusion[total : 2*total]
-		off := int64(0)
-		for i, o := range ops {
-			size := r.Counts[i] * es
-			if o == nil {
-				clear(buf[off : off+size])
-			} else {
-				e.tl().ActivityStart(o.Name, "MEMCPY_IN_FUSION_BUFFER")
-				copy(buf[off:off+size], o.In.Data)
-				e.tl().ActivityEnd(o.Name)
-			}
-			off += size
-		}
+		e.packFused(buf, ops, r.Counts, es)
 	}
 	Scale(buf, r.DType, pre)
 	e.activity(ops, e.cfg.Library+"_ADASUM_ALLREDUCE")
@@ -367,19 +356,6 @@ func (e *Engine) adasum(r *Response) error {
 	}
 	e.activity(ops, "")
 	Scale(buf, r.DType, post)
-	off := int64(0)
-	for i, o := range ops {
-		size := r.Counts[i] * es
-		if o != nil {
-			if !single {
-				e.tl().ActivityStart(o.Name, "MEMCPY_OUT_FUSION_BUFFER")
-				copy(o.Out.Data, buf[off:off+size])
-				e.tl().ActivityEnd(o.Name)
-			}
-			o.h.Out = o.Out
-			e.complete(o, nil)
-		}
-		off += size
-	}
+	e.unpackFused(buf, ops, r.Counts, es, !single)
 	return nil
 }

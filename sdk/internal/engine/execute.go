@@ -167,9 +167,25 @@ func (e *Engine) allreduce(r *Response) error {
 		e.fusion = backends.Alloc(int(total)) // huge pages when large: faster cross-memory reads
 	}
 	buf := e.fusion[:total]
+	e.packFused(buf, ops, r.Counts, es)
+	Scale(buf, r.DType, pre)
+	e.activity(ops, e.cfg.Library+"_ALLREDUCE")
+	if err := e.data.Allreduce(buf, r.DType, bop); err != nil {
+		return err
+	}
+	e.activity(ops, "")
+	Scale(buf, r.DType, post)
+	e.unpackFused(buf, ops, r.Counts, es, true)
+	return nil
+}
+
+// packFused copies each op's input into its segment of buf (counts[i]
+// elements of es bytes, in order); a rank that joined instead (nil op)
+// contributes zeros.
+func (e *Engine) packFused(buf []byte, ops []*Op, counts []int64, es int64) {
 	off := int64(0)
 	for i, o := range ops {
-		size := r.Counts[i] * es
+		size := counts[i] * es
 		if o == nil {
 			clear(buf[off : off+size])
 		} else {
@@ -179,26 +195,26 @@ func (e *Engine) allreduce(r *Response) error {
 		}
 		off += size
 	}
-	Scale(buf, r.DType, pre)
-	e.activity(ops, e.cfg.Library+"_ALLREDUCE")
-	if err := e.data.Allreduce(buf, r.DType, bop); err != nil {
-		return err
-	}
-	e.activity(ops, "")
-	Scale(buf, r.DType, post)
-	off = 0
+}
+
+// unpackFused completes every op of a fused response, copying its segment
+// of buf to its output first when copyOut (not when buf is the op's own
+// output, a single tensor reduced in place).
+func (e *Engine) unpackFused(buf []byte, ops []*Op, counts []int64, es int64, copyOut bool) {
+	off := int64(0)
 	for i, o := range ops {
-		size := r.Counts[i] * es
+		size := counts[i] * es
 		if o != nil {
-			e.tl().ActivityStart(o.Name, "MEMCPY_OUT_FUSION_BUFFER")
-			copy(o.Out.Data, buf[off:off+size])
-			e.tl().ActivityEnd(o.Name)
+			if copyOut {
+				e.tl().ActivityStart(o.Name, "MEMCPY_OUT_FUSION_BUFFER")
+				copy(o.Out.Data, buf[off:off+size])
+				e.tl().ActivityEnd(o.Name)
+			}
 			o.h.Out = o.Out
 			e.complete(o, nil)
 		}
 		off += size
 	}
-	return nil
 }
 
 // activity starts (name != "") or ends a timeline activity on every op.
