@@ -85,24 +85,12 @@ func FailedKey(epoch int, reporter string) string {
 // reportTimeout bounds the write of a failure report.
 const reportTimeout = 2 * time.Second
 
-// Assignment is the value of elastic/assign.<N>: the world of epoch N.
-type Assignment struct {
-	Epoch   int                         `json:"epoch"`
-	Size    int                         `json:"size"`
-	Workers map[string]WorkerAssignment `json:"workers"`
-	Removed []string                    `json:"removed"`
-}
-
-// WorkerAssignment is one worker's identity in a world.
-type WorkerAssignment struct {
-	Rank      int    `json:"rank"`
-	Size      int    `json:"size"`
-	LocalRank int    `json:"local_rank"`
-	LocalSize int    `json:"local_size"`
-	CrossRank int    `json:"cross_rank"`
-	CrossSize int    `json:"cross_size"`
-	Hostname  string `json:"hostname"`
-}
+// Assignment and WorkerAssignment are the protocol's JSON values, defined
+// once in sdk/rendezvous.
+type (
+	Assignment       = rendezvous.Assignment
+	WorkerAssignment = rendezvous.WorkerAssignment
+)
 
 // HostsUpdatedError is Horovod's HostsUpdatedInterrupt: the driver changed
 // the hosts; every rank returns it from the same CheckHostUpdates call.

@@ -3,12 +3,13 @@ package launch
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
 // This file holds the pure parts of the elastic driver (docs/elastic.md):
@@ -242,24 +243,12 @@ func SameWorld(a, b []Slot) bool {
 	return true
 }
 
-// Assignment is the JSON value of elastic/assign.<N> (docs/elastic.md).
-type Assignment struct {
-	Epoch   int                         `json:"epoch"`
-	Size    int                         `json:"size"`
-	Workers map[string]WorkerAssignment `json:"workers"`
-	Removed []string                    `json:"removed"`
-}
-
-// WorkerAssignment is one worker's identity in an Assignment.
-type WorkerAssignment struct {
-	Rank      int    `json:"rank"`
-	Size      int    `json:"size"`
-	LocalRank int    `json:"local_rank"`
-	LocalSize int    `json:"local_size"`
-	CrossRank int    `json:"cross_rank"`
-	CrossSize int    `json:"cross_size"`
-	Hostname  string `json:"hostname"`
-}
+// Assignment and WorkerAssignment are the protocol's JSON values, defined
+// once in sdk/rendezvous.
+type (
+	Assignment       = rendezvous.Assignment
+	WorkerAssignment = rendezvous.WorkerAssignment
+)
 
 // NewAssignment builds the assignment of world epoch from its slots and the
 // previous world's slots: every worker id of prev that is not in slots is
@@ -267,7 +256,8 @@ type WorkerAssignment struct {
 func NewAssignment(epoch int, slots, prev []Slot) Assignment {
 	a := Assignment{Epoch: epoch, Size: len(slots), Workers: map[string]WorkerAssignment{}, Removed: []string{}}
 	for _, s := range slots {
-		a.Workers[WorkerID(s)] = WorkerAssignment{s.Rank, s.Size, s.LocalRank, s.LocalSize, s.CrossRank, s.CrossSize, s.Hostname}
+		a.Workers[WorkerID(s)] = WorkerAssignment{Rank: s.Rank, Size: s.Size, LocalRank: s.LocalRank, LocalSize: s.LocalSize,
+			CrossRank: s.CrossRank, CrossSize: s.CrossSize, Hostname: s.Hostname}
 	}
 	for _, s := range prev {
 		if _, ok := a.Workers[WorkerID(s)]; !ok {
@@ -276,16 +266,6 @@ func NewAssignment(epoch int, slots, prev []Slot) Assignment {
 	}
 	sort.Strings(a.Removed)
 	return a
-}
-
-// JSON encodes the assignment (keys of Workers sorted, as encoding/json
-// does).
-func (a Assignment) JSON() []byte {
-	b, err := json.Marshal(a)
-	if err != nil {
-		panic(err) // plain data
-	}
-	return b
 }
 
 // FormatAvailable renders available hosts in the stable order,
