@@ -164,15 +164,21 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 				return false, nil
 			}
 		}
-		// A peer that closed or died cannot start an op any more: report
-		// it to this rank's engine, as a TCP peer's EOF would be, without
-		// aborting the communicator: members still finishing an op that
-		// no longer needs that peer (it published its part, then shut
-		// down) must be let finish; a member that does need it finds out
-		// by itself.
+		// A peer that closed or died cannot start an op any more. One
+		// that closed on purpose is reported to this rank's engine only,
+		// as a TCP peer's close notice is, without aborting the
+		// communicator: members still finishing an op that no longer
+		// needs that peer (it published its part, then shut down) must be
+		// let finish. One that died is a failure of the communicator, as
+		// a TCP peer's EOF is: it is published in the abort word, so that
+		// members this rank's engine then stops name the dead rank rather
+		// than this one.
 		for r := 0; r < c.size; r++ {
 			if r != c.rank {
 				if g := c.peerGone("idle", r); g != nil {
+					if g.reason == reasonDied {
+						return false, c.fail("idle", r, g.reason, g.why)
+					}
 					c.broken.Store(g.PeerError)
 					return false, g.PeerError
 				}
