@@ -57,7 +57,16 @@ type Identity struct {
 	Iface string
 	// Source names the variables that gave Rank and Size (Source* constants).
 	Source string
+	// Bootstrap, when not "", says how the store address is found at Init
+	// because no store variable is set: BootstrapMPI (rank 0 serves the
+	// store and sends its address to the others over MPI).
+	Bootstrap string
 }
+
+// Bootstrap methods (Identity.Bootstrap).
+const (
+	BootstrapMPI = "mpi"
+)
 
 // DetectIdentity reads the launch environment through getenv (pass
 // os.LookupEnv; tests pass a map lookup; nil means os.LookupEnv). A variable
@@ -466,6 +475,9 @@ func (e env) store(id *Identity) error {
 		return nil
 	}
 	if id.Size > 1 {
+		if found, err := e.launcherStore(id); found || err != nil {
+			return err
+		}
 		return envErr("%s variables say this is rank %d of %d, but no rendezvous store address is set: "+
 			"set HOROVOD_GLOO_RENDEZVOUS_ADDR and HOROVOD_GLOO_RENDEZVOUS_PORT to a running store (hvdrun and horovodrun --gloo do this), "+
 			"or MASTER_ADDR and MASTER_PORT (rank 0 then serves the store on that port); with mpirun forward them with -x, with srun export them",
