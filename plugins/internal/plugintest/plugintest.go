@@ -226,6 +226,13 @@ func CleanupRuntime() {
 // it and to the extra directories; it returns the combined output.
 func RunUnderHvdrun(t *testing.T, set *plugin.FileSet, np int, script string, extraPath ...string) string {
 	t.Helper()
+	return RunUnderHvdrunWith(t, set, Python, np, script, extraPath...)
+}
+
+// RunUnderHvdrunWith is RunUnderHvdrun with another interpreter (a
+// framework's virtual environment, see FrameworkPython).
+func RunUnderHvdrunWith(t *testing.T, set *plugin.FileSet, python string, np int, script string, extraPath ...string) string {
+	t.Helper()
 	lib, hvdrun := Runtime(t)
 	dir := t.TempDir()
 	WriteTree(t, set, dir)
@@ -238,7 +245,7 @@ func RunUnderHvdrun(t *testing.T, set *plugin.FileSet, np int, script string, ex
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, hvdrun, "-np", fmt.Sprint(np), Python, script)
+	cmd := exec.CommandContext(ctx, hvdrun, "-np", fmt.Sprint(np), python, script)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+strings.Join(append([]string{dir}, extraPath...), ":"), "PYTHONDONTWRITEBYTECODE=1")
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
