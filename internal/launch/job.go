@@ -107,7 +107,10 @@ func NewJob(o *Options, rt Runtime) (*Job, error) {
 	case o.Hosts != "":
 		hosts, err = ParseHosts(o.Hosts)
 	default:
-		hosts = []Host{{Name: "localhost", Slots: o.NumProc}}
+		var inSlurm bool
+		if hosts, inSlurm, err = SlurmHosts(rt.Environ); err == nil && !inSlurm {
+			hosts = []Host{{Name: "localhost", Slots: o.NumProc}}
+		}
 	}
 	if err != nil {
 		return nil, err
