@@ -303,7 +303,9 @@ func TestSplitOrInitRank(t *testing.T) {
 			n := newFakeNet(3)
 			n.split = split
 			parents := fakeComms(t, n, 3, nil)
+			n.mu.Lock()
 			n.calls = nil
+			n.mu.Unlock()
 			st := backends.NewMemStore()
 			// Members 0 and 2 form a set of 2; member 1 is in none.
 			children := make([]*Comm, 3)

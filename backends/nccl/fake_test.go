@@ -540,6 +540,7 @@ func (l *fakeLib) Free(p Ptr) CUDAError {
 }
 
 func (l *fakeLib) MemcpyAsync(dst, src Ptr, n int, kind CopyKind, s Stream) CUDAError {
+	l.n.record(map[CopyKind]string{HostToDevice: "cudaMemcpyHostToDevice", DeviceToHost: "cudaMemcpyDeviceToHost"}[kind])
 	l.stream(s).q <- func() { copy(mem(dst, n), mem(src, n)) }
 	return cudaSuccess
 }

@@ -180,3 +180,12 @@ func addr(b []byte) Ptr {
 	}
 	return Ptr(unsafe.Pointer(unsafe.SliceData(b)))
 }
+
+// deviceSpan is n bytes at device address p as the []byte the
+// Communicator methods take (never read or written from Go).
+func deviceSpan(p Ptr, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&p))), n)
+}
