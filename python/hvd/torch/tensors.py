@@ -5,11 +5,20 @@ CPU tensors with a strided layout and one of the dtypes below are passed to
 the engine by address (tensor.data_ptr()); non-contiguous ones go through a
 contiguous copy (in-place ops copy the result back). Point-to-point ops work
 on the tensor detached from autograd.
+
+CUDA tensors take the host-staged path (hvd's C ABI does not carry a
+device yet, so NCCL is not used from Python: nccl_built() is 0): every op
+copies its CUDA inputs into host memory (pinned, so the copies are DMA),
+runs on the CPU planes, and hands back results on the input's device; an
+in-place op copies the host result back into the caller's CUDA tensor.
+The device-to-host copy synchronizes with the tensor's stream, so kernels
+that produced it have finished. docs/gpu.md says what a GPU has run.
 """
 import torch
 
 from hvd.common import dtypes
 from hvd.common.collectives import Collectives, TensorAdapter
+from hvd.common.handles import convert_result
 
 try:
     import cloudpickle as _pickle
@@ -35,8 +44,8 @@ def check_tensor(tensor, what='tensor'):
     strided CPU tensor of a supported dtype. Returns it."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError('%s must be a torch.Tensor, not %s' % (what, type(tensor).__name__))
-    if tensor.device.type != 'cpu':
-        raise ValueError('hvd: %s is on %s; this build of hvd supports CPU tensors only' % (what, tensor.device))
+    if tensor.device.type not in ('cpu', 'cuda'):
+        raise ValueError('hvd: %s is on %s; hvd supports CPU and CUDA tensors' % (what, tensor.device))
     if tensor.layout != torch.strided:
         raise ValueError('hvd: %s has layout %s; use sparse_allreduce_async for sparse tensors' % (what, tensor.layout))
     if tensor.dtype not in DTYPES:
@@ -128,4 +137,122 @@ class TorchTensors(TensorAdapter):
         return x.tolist()
 
 
-collectives = Collectives(TorchTensors())
+def is_cuda(x):
+    return isinstance(x, torch.Tensor) and x.device.type == 'cuda'
+
+
+def to_host(x):
+    """A host copy of CUDA tensor x (pinned when CUDA is up, so the copy is
+    DMA and the copy back can be too). Synchronous: x's producers finished."""
+    if torch.cuda.is_available():
+        host = torch.empty(x.shape, dtype=x.dtype, pin_memory=True)
+        host.copy_(x.detach())
+        return host
+    return x.detach().cpu()
+
+
+def to_device(host, like):
+    """host's contents on like's device (a new tensor)."""
+    return host.to(like.device)
+
+
+def _restage(result, likes):
+    """Moves an op's result back to the devices of the tensors it came from:
+    a tensor, a list (grouped ops) or alltoall's (output, splits) pair."""
+    if isinstance(result, list):
+        return [_restage(r, [l]) for r, l in zip(result, likes)]
+    if isinstance(result, tuple):
+        return (_restage(result[0], likes),) + tuple(result[1:])
+    like = likes[0]
+    if like is None or not is_cuda(like) or not isinstance(result, torch.Tensor):
+        return result
+    return to_device(result, like)
+
+
+class StagedCollectives(Collectives):
+    """Collectives whose async ops stage CUDA tensors through host memory
+    (the module docstring). CPU tensors pass through untouched; a grouped
+    op may mix both (each result goes back where its input was)."""
+
+    def _stage(self, tensors):
+        return [to_host(t) if is_cuda(t) else t for t in tensors]
+
+    def _staged(self, method, tensor, in_place, *args):
+        """method(tensor-or-list, *args) on host copies; the handle's result
+        converted back (in place: copied into the caller's tensors)."""
+        grouped = isinstance(tensor, (list, tuple))
+        originals = list(tensor) if grouped else [tensor]
+        if not any(is_cuda(t) for t in originals):
+            return method(tensor, *args)
+        hosts = self._stage(originals)
+        handle = method(hosts if grouped else hosts[0], *args)
+        if in_place:
+            def back(result):
+                for orig, host in zip(originals, hosts):
+                    if is_cuda(orig):
+                        orig.copy_(host)
+                return originals if grouped else originals[0]
+        else:
+            likes = [t if is_cuda(t) else None for t in originals]
+
+            def back(result):
+                return _restage(result, likes if grouped else likes[:1])
+        return convert_result(handle, (originals, hosts), back)
+
+    def allreduce_async(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).allreduce_async(t, *args, **kwargs), tensor, False)
+
+    def allreduce_async_(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).allreduce_async_(t, *args, **kwargs), tensor, True)
+
+    def grouped_allreduce_async(self, tensors, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).grouped_allreduce_async(t, *args, **kwargs),
+                            tensors, False)
+
+    def grouped_allreduce_async_(self, tensors, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).grouped_allreduce_async_(t, *args, **kwargs),
+                            tensors, True)
+
+    def allgather_async(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).allgather_async(t, *args, **kwargs), tensor, False)
+
+    def grouped_allgather_async(self, tensors, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).grouped_allgather_async(t, *args, **kwargs),
+                            tensors, False)
+
+    def broadcast_async(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).broadcast_async(t, *args, **kwargs), tensor, False)
+
+    def broadcast_async_(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).broadcast_async_(t, *args, **kwargs), tensor, True)
+
+    def alltoall_async(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).alltoall_async(t, *args, **kwargs), tensor, False)
+
+    def reducescatter_async(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).reducescatter_async(t, *args, **kwargs), tensor,
+                            False)
+
+    def grouped_reducescatter_async(self, tensors, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).grouped_reducescatter_async(t, *args, **kwargs),
+                            tensors, False)
+
+    def isend(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).isend(t, *args, **kwargs), tensor, False)
+
+    def irecv(self, tensor, *args, **kwargs):
+        return self._staged(lambda t: super(StagedCollectives, self).irecv(t, *args, **kwargs), tensor, True)
+
+    def send(self, tensor, *args, **kwargs):
+        return super().send(to_host(tensor) if is_cuda(tensor) else tensor, *args, **kwargs)
+
+    def recv(self, tensor, *args, **kwargs):
+        if not is_cuda(tensor):
+            return super().recv(tensor, *args, **kwargs)
+        host = to_host(tensor)
+        super().recv(host, *args, **kwargs)
+        tensor.copy_(host)
+        return tensor
+
+
+collectives = StagedCollectives(TorchTensors())
