@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/hvdorg/hvd/backends"
 )
 
 // The real loader (dlopen/dlsym through cgo) on a machine without NCCL:
@@ -81,6 +83,29 @@ func TestSymbolTable(t *testing.T) {
 	for v, want := range map[int]string{21803: "2.18.3", 2708: "2.7.8", 22605: "2.26.5"} {
 		if got := VersionString(v); got != want {
 			t.Errorf("VersionString(%d) = %s, want %s", v, got, want)
+		}
+	}
+}
+
+// The registry: HVD_BACKEND=nccl names it for a set; auto never picks it
+// (tcp, preferred, serves every set); flat meshes (hier's, a host plane)
+// are never NCCL; it borrows its control plane.
+func TestRegistered(t *testing.T) {
+	b, ok := backends.Lookup("nccl")
+	if !ok || !b.Choosable || b.OwnControl || b.Label != "NCCL" {
+		t.Fatalf("nccl registered as %+v", b)
+	}
+	set := backends.SetInfo{Size: 3, Hosts: 1}
+	if c, err := backends.Candidates(set, "nccl"); err != nil || len(c) != 1 || c[0].Name != "nccl" {
+		t.Fatalf("HVD_BACKEND=nccl: %v, %v", c, err)
+	}
+	set.Flat = true
+	if c, _ := backends.Candidates(set, "nccl"); len(c) == 0 || c[0].Name == "nccl" {
+		t.Fatalf("a flat mesh under HVD_BACKEND=nccl: %v", c)
+	}
+	for _, c := range backends.ControlCandidates(set) {
+		if c.Name == "nccl" {
+			t.Fatal("nccl offered as a control plane")
 		}
 	}
 }
