@@ -1,7 +1,8 @@
 package main
 
 import (
-	_ "embed"
+	"embed"
+	"io/fs"
 
 	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
@@ -10,8 +11,12 @@ import (
 	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
-//go:embed templates/__init__.py.tmpl
-var initTemplate string
+// templates holds the generated modules: tensorflow/__init__.py.tmpl is
+// hvd.tensorflow, tensorflow/keras/*.tmpl hvd.tensorflow.keras, keras/*.tmpl
+// hvd.keras (the same API under Horovod's other name).
+//
+//go:embed all:templates
+var templates embed.FS
 
 // adapter is the TensorFlow plugin: hvd.common, hvd.numpy and hvd.tensorflow
 // rendered from templates/__init__.py.tmpl (kind "package"), and the split
@@ -29,12 +34,22 @@ func templated() pypkg.Templated {
 	return pypkg.Templated{
 		Name: "tensorflow",
 		Framework: pyprobe.Framework{
-			Module:    "tensorflow",
-			GPU:       "len(fw.config.list_physical_devices('GPU'))",
-			Supported: pyprobe.MustRange(">=2.6,<3"),
+			Module: "tensorflow",
+			GPU:    "len(fw.config.list_physical_devices('GPU'))",
+			// Keras 3 (TensorFlow 2.16 and later) has another optimizer API,
+			// which hvd.tensorflow.keras does not wrap; 2.15.1 is what the
+			// tests run (.ci/setup.d/30-frameworks.sh).
+			Supported: pyprobe.MustRange(">=2.12,<2.16"),
 		},
 		// The same list feeds Describe and the generated code.
-		DTypes:   []string{"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"},
-		Template: initTemplate,
+		DTypes:    []string{"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"},
+		Templates: must(fs.Sub(templates, "templates")),
 	}
+}
+
+func must(f fs.FS, err error) fs.FS {
+	if err != nil {
+		panic(err)
+	}
+	return f
 }

@@ -1,25 +1,23 @@
 // Command hvd-plugin-tensorflow is hvd's TensorFlow framework adapter, a
 // go-plugin plugin that hvdgen starts (see package sdk/plugin):
 //
-//   - describe: framework "tensorflow", module tensorflow, supported >=2.6,<3;
+//   - describe: framework "tensorflow", module tensorflow, supported
+//     >=2.12,<2.16 (Keras 2; 2.15.1 is what the tests run);
 //   - probe: imports tensorflow in the given interpreter, reports its
-//     version and the GPUs tf.config sees;
-//   - generate "package": the hvd Python package with hvd.common and
-//     hvd.tensorflow — Horovod's TF2 API (allreduce, allgather, broadcast,
-//     alltoall, reducescatter on tf.Tensor, process sets,
-//     DistributedGradientTape, broadcast_variables) on the numpy-level
-//     core, rendered from templates/__init__.py.tmpl;
+//     version and the GPUs tf.config sees; an unsupported version is refused;
+//   - generate "package": the hvd Python package with hvd.common, hvd.numpy,
+//     hvd.tensorflow (Horovod's TF2 API: collectives with their gradients,
+//     process sets, DistributedGradientTape, DistributedOptimizer, the *_op
+//     helpers), hvd.tensorflow.keras and hvd.keras (DistributedOptimizer,
+//     callbacks, load_model), rendered from templates/ (see docs/frameworks.md);
 //   - generate "split": the model-parallel job for an hvd.yaml with declared
-//     layers (codegen/split, golden-tested and byte-compiled there, never
-//     run); a factory model is refused with a positioned error asking for
-//     declared layers (inspecting it would mean running TensorFlow).
+//     layers (codegen/split); a factory model is refused with a positioned
+//     error asking for declared layers.
 //
-// What was checked: TensorFlow cannot be installed on the machines this was
-// built on, so the generated module has never run under real TensorFlow.
-// Its tests are a golden file (testdata/package.txtar, -update rewrites it),
-// byte-compilation with python3 -m py_compile, and a smoke test under
-// hvdrun -np 2 against a stand-in module (testdata/faketf, numpy-backed),
-// which checks the generated glue, not the framework; see docs/plugins.md.
+// Tests: the golden file testdata/package.txtar (-update rewrites it),
+// byte-compilation, and real_test.go: testdata/real/*.py under hvdrun -np 2
+// and 3 with tensorflow-cpu from the venv .ci/setup.d/30-frameworks.sh
+// creates (skipped, naming the reason, when it is missing).
 package main
 
 import "github.com/hvdorg/hvd/sdk/plugin"

@@ -3,6 +3,10 @@ package pypkg
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
 
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 	"github.com/hvdorg/hvd/sdk/plugin"
@@ -18,6 +22,11 @@ type Templated struct {
 	Framework pyprobe.Framework // what Probe imports and the supported range
 	DTypes    []string          // framework dtype names the module accepts
 	Template  string            // text/template source of hvd/<Name>/__init__.py
+	// Templates, when set, replaces Template: every NAME.tmpl in it is
+	// rendered to hvd/NAME (e.g. tensorflow/keras/callbacks.py.tmpl to
+	// hvd/tensorflow/keras/callbacks.py), so one plugin can emit several
+	// modules (hvd.tensorflow, hvd.tensorflow.keras, hvd.keras).
+	Templates fs.FS
 }
 
 var _ plugin.FrameworkAdapter = Templated{}
@@ -51,15 +60,40 @@ func (a Templated) Generate(_ context.Context, req plugin.GenerateRequest) (*plu
 	if err != nil {
 		return nil, err
 	}
-	path := "hvd/" + a.Name + "/__init__.py"
-	src, err := Render(path, a.Template, map[string]any{
+	data := map[string]any{
 		"PackageVersion": Version(),
 		"PluginVersion":  plugin.SDKVersion,
 		"Supported":      a.Framework.Supported.String(),
 		"DTypes":         a.DTypes,
-	})
-	if err != nil {
-		return nil, err
 	}
-	return Merge(set, plugin.File{Path: path, Data: src, Mode: 0o644}), nil
+	sources := map[string]string{}
+	if a.Templates == nil {
+		sources["hvd/"+a.Name+"/__init__.py"] = a.Template
+	} else {
+		err := fs.WalkDir(a.Templates, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".tmpl") {
+				return err
+			}
+			b, err := fs.ReadFile(a.Templates, p)
+			sources[path.Join("hvd", strings.TrimSuffix(p, ".tmpl"))] = string(b)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("pypkg: %s templates: %w", a.Name, err)
+		}
+	}
+	paths := make([]string, 0, len(sources))
+	for p := range sources {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var files []plugin.File
+	for _, p := range paths {
+		src, err := Render(p, sources[p], data)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, plugin.File{Path: p, Data: src, Mode: 0o644})
+	}
+	return Merge(set, files...), nil
 }
