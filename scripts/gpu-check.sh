@@ -16,21 +16,21 @@
 #   3. an allreduce table (size, time, algbw, busbw) next to nccl-tests'
 #      all_reduce_perf when it is on PATH;
 #   4. hvd.torch's CUDA tests with a CUDA torch (staged path), if present.
-set -u
+set -u -o pipefail
 cd "$(dirname "$0")/.."
 report=${OUT:+$OUT/gpu-check.txt}
 report=${report:-build/gpu-check.txt}
 mkdir -p "$(dirname "$report")"
-exec > >(tee "$report") 2>&1
 status=0
 step() { echo; echo "=== $*"; }
 fail() { echo "FAIL: $*"; status=1; }
 
+run_check() {
 step "machine"; date; uname -a; uptime
-if ! command -v nvidia-smi >/dev/null; then echo "FAIL: nvidia-smi not found: no NVIDIA driver"; exit 1; fi
+if ! command -v nvidia-smi >/dev/null; then echo "FAIL: nvidia-smi not found: no NVIDIA driver"; return 1; fi
 nvidia-smi -L; ngpu=$(nvidia-smi -L | grep -c '^GPU')
 GO=$(command -v go || true); [ -z "$GO" ] && [ -x /usr/local/go/bin/go ] && GO=/usr/local/go/bin/go
-if [ -z "$GO" ]; then echo "FAIL: no Go toolchain (not on PATH, no /usr/local/go): install Go 1.26 or carry it"; exit 1; fi
+if [ -z "$GO" ]; then echo "FAIL: no Go toolchain (not on PATH, no /usr/local/go): install Go 1.26 or carry it"; return 1; fi
 "$GO" version
 export GOFLAGS=-mod=mod GOPROXY=off GOTOOLCHAIN=local
 [ -d build/gpu-modcache ] && export GOMODCACHE=$PWD/build/gpu-modcache
@@ -46,7 +46,7 @@ echo "HVD_NCCL_LIBRARY=${HVD_NCCL_LIBRARY:-} HVD_CUDART_LIBRARY=${HVD_CUDART_LIB
 step "1. build"
 timeout 180 "$GO" test -count=1 -run '^$' ./backends/nccl || fail "build"
 
-step "2. conformance on NCCL (1 GPU and $ngpu)"
+step "2. conformance on NCCL (1 GPU, then all $ngpu)"
 HVD_GPU_CHECK=1 timeout 240 "$GO" test -count=1 -v -run 'TestGPUConformance' ./backends/nccl > build/gpu-conformance.log 2>&1 || fail "conformance"
 grep -E '^(---|ok|FAIL|PASS)|gpu_test' build/gpu-conformance.log | grep -v -- '--- PASS' | tail -40
 grep -c -- '--- PASS' build/gpu-conformance.log | sed 's/^/cases passed: /'
@@ -62,7 +62,7 @@ fi
 step "4. hvd.torch with CUDA tensors"
 if [ -n "$PY" ] && "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   if timeout 150 make build python >build/gpu-make.log 2>&1; then
-    PYTHONPATH=build/python timeout 90 bin/hvdrun -np 1 "$PY" -m pytest -q -p no:cacheprovider python/tests/test_cuda_staging.py || fail "hvd.torch CUDA tests"
+    PYTHONPATH=build/python timeout 90 bin/hvdrun -np 2 "$PY" -m pytest -q -p no:cacheprovider python/tests/test_cuda_staging.py || fail "hvd.torch CUDA tests"
   else
     tail -20 build/gpu-make.log; fail "make build python (needs the module cache of the whole project)"
   fi
@@ -71,4 +71,9 @@ else
 fi
 
 step "summary"; [ $status = 0 ] && echo "gpu-check: PASS" || echo "gpu-check: FAIL"
-exit $status
+return $status
+}
+
+# The report is complete when the script returns (no asynchronous tee).
+run_check 2>&1 | tee "$report"
+exit "${PIPESTATUS[0]}"
