@@ -55,19 +55,17 @@ type fakeGroup struct {
 
 type fakeSlot struct {
 	n    int
-	args []func(all []func()) // unused
 	bufs []fakeArgs
 	done bool
 }
 
 type fakeArgs struct {
-	send, recv   Ptr
-	count        int
-	dt           DataType
-	op           RedOp
-	root         int
-	kind         string
-	recvCountsOK bool
+	send, recv Ptr
+	count      int
+	dt         DataType
+	op         RedOp
+	root       int
+	kind       string
 }
 
 type fakeComm struct {
