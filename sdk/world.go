@@ -236,6 +236,11 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 // in-memory one for a single process, or the HTTP store (served by this
 // process when it is torch-style rank 0).
 func (w *World) connectStore() error {
+	if w.id.Bootstrap == rendezvous.BootstrapMPI && w.id.StoreAddr == "" && w.cfg.Store == nil {
+		if err := w.bootstrapMPI(); err != nil { // mpiboot.go
+			return err
+		}
+	}
 	id := w.id
 	switch {
 	case w.cfg.Store != nil:
@@ -262,7 +267,9 @@ func (w *World) connectStore() error {
 	}
 	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: w.joinTimeout()})
 	scope := "hvd"
-	if w.cfg.Generation > 0 {
+	// An MPI bootstrap's store is new for every Init (and the members of a
+	// sub-communicator world may have made different numbers of Inits).
+	if w.cfg.Generation > 0 && id.Bootstrap != rendezvous.BootstrapMPI {
 		scope += ".g" + strconv.Itoa(w.cfg.Generation)
 	}
 	w.store = w.client.Store(scope)

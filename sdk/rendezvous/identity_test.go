@@ -157,7 +157,7 @@ func TestDetectIdentityErrors(t *testing.T) {
 		{"size 0", with(M{"PMI_RANK": "0", "PMI_SIZE": "0"}), "PMI_SIZE=0 must be at least 1"},
 		{"local rank >= local size", with(M{"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"}), "LOCAL_RANK=2 must be below LOCAL_WORLD_SIZE=2"},
 		{"local size > size", with(M{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "3"}), "LOCAL_WORLD_SIZE=3 is larger than WORLD_SIZE=2"},
-		{"no store for size > 1", M{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, "openmpi variables say this is rank 1 of 2, but no rendezvous store address is set: set HOROVOD_GLOO_RENDEZVOUS_ADDR and HOROVOD_GLOO_RENDEZVOUS_PORT"},
+		{"no store for size > 1", M{"HOROVOD_RANK": "1", "HOROVOD_SIZE": "2"}, "horovod variables say this is rank 1 of 2, but no rendezvous store address is set: set HOROVOD_GLOO_RENDEZVOUS_ADDR and HOROVOD_GLOO_RENDEZVOUS_PORT"},
 		{"bad secret", with(M{"HVD_SECRET_KEY": "xyz"}), "HVD_SECRET_KEY is not hex"},
 		{"bad epoch", with(M{"HVD_RENDEZVOUS_EPOCH": "-1"}), "HVD_RENDEZVOUS_EPOCH=-1 is negative"},
 		{"bad timeout", with(M{"HOROVOD_GLOO_TIMEOUT_SECONDS": "0"}), "HOROVOD_GLOO_TIMEOUT_SECONDS=\"0\" is not a positive number"},

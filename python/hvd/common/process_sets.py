@@ -9,7 +9,7 @@ topology through state and never imports basics.
 import collections.abc
 import warnings
 
-from hvd.common import _abi, setspecs, state
+from hvd.common import _abi, mpi, setspecs, state
 
 
 class ProcessSet:
@@ -37,9 +37,12 @@ class ProcessSet:
             self.spec = ranks_or_comm
         elif isinstance(ranks_or_comm, collections.abc.Iterable) and not isinstance(ranks_or_comm, (str, bytes)):
             self.ranks = state.as_rank_list(ranks_or_comm)
-        else:
-            # An mpi4py communicator: accepted here, refused by init (no MPI).
+        elif mpi.is_comm(ranks_or_comm):
+            # Translated to world ranks by hvd.init (hvd.common.mpi).
             self.mpi_comm = ranks_or_comm
+        else:
+            raise ValueError('ProcessSet should be initialized with a list of process ranks, a callable of the '
+                             'world size or an mpi4py Comm object; got %r' % (ranks_or_comm,))
 
     def _invalidate(self, reason=None):
         self.process_set_id = None
@@ -190,7 +193,8 @@ def add_process_set(process_set):
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.mpi_comm is not None:
-        raise NotImplementedError('add_process_set with an MPI communicator: hvd is not built with MPI')
+        raise NotImplementedError('Dynamically adding process sets defined by an MPI communicator is not implemented '
+                                  '(as in Horovod): give the ranks as a list')
     if process_set.process_set_id is not None:
         raise ValueError('Attempted to add a process set that is already registered: %s' % process_set)
     state.lib()

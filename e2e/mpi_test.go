@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hvd under a real Open MPI mpirun (docs/mpi.md). The tests skip, naming
+// the reason, where mpirun or mpi4py is missing (.ci/setup.d/10-mpi.sh
+// installs them).
+
+// mpirunArgs are what every mpirun here needs: root in CI containers, more
+// ranks than cores, rank-tagged output, and no inherited hvd variables.
+var mpirunArgs = []string{"--allow-run-as-root", "--oversubscribe", "--tag-output", "--mca", "btl_vader_single_copy_mechanism", "none"}
+
+func needMPI(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skip("mpirun not found (apt-get install openmpi-bin libopenmpi-dev python3-mpi4py; .ci/setup.d/10-mpi.sh does)")
+	}
+	if out, err := exec.Command(python, "-c", "from mpi4py import MPI").CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import mpi4py (apt-get install python3-mpi4py; .ci/setup.d/10-mpi.sh does): %v: %s", python, err, strings.TrimSpace(string(out)))
+	}
+}
+
+// mpirun runs mpirun -np np with env for every rank (passed with -x) and
+// returns its combined output and exit code; the whole process group is
+// killed at the deadline (a hang fails the test, it does not stop CI).
+func mpirun(t *testing.T, timeout time.Duration, np int, env []string, args ...string) (string, int) {
+	t.Helper()
+	full := append([]string{"-np", strconv.Itoa(np)}, mpirunArgs...)
+	for _, kv := range env {
+		full = append(full, "-x", kv)
+	}
+	full = append(full, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "mpirun", full...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Env = cleanEnv(env)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("mpirun %v did not finish within %v:\n%s", args, timeout, tail(out.String(), 80))
+	}
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("mpirun: %v", err)
+	}
+	t.Logf("mpirun -np %d %s: exit %d in %v", np, strings.Join(args, " "), code, time.Since(start).Round(10*time.Millisecond))
+	return out.String(), code
+}
+
+// cleanEnv is this process's environment without the variables that would
+// give the workers an identity or a store other than mpirun's, plus env.
+func cleanEnv(env []string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "HOROVOD_"), strings.HasPrefix(k, "HVD_"), strings.HasPrefix(k, "OMPI_"), strings.HasPrefix(k, "PMI_"),
+			k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK", k == "MASTER_ADDR", k == "MASTER_PORT":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, env...)
+}
+
+// checkMPIPytest asserts that every rank ran the suite cleanly (mpirun's
+// --tag-output prefixes lines with [jobid,rank]<stdout>:).
+func checkMPIPytest(t *testing.T, out string, code, np int) {
+	t.Helper()
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 120))
+	}
+	ms := regexp.MustCompile(`\[\d+,(\d+)\]<stdout>:.*?(\d+) passed in`).FindAllStringSubmatch(out, -1)
+	if len(ms) != np {
+		t.Fatalf("%d ranks reported a clean pytest summary, want %d:\n%s", len(ms), np, tail(out, 60))
+	}
+	for _, bad := range []string{" failed", " error", " skipped", " xfail"} {
+		if strings.Contains(out, bad) {
+			t.Fatalf("pytest reported %q:\n%s", bad, tail(out, 60))
+		}
+	}
+	t.Logf("%d ranks × %s tests passed", np, ms[0][2])
+}
+
+// TestMPIPythonTorch: `mpirun -np N python3 -m pytest test_mpi.py` with
+// nothing else set: the world bootstraps through mpi4py; sets from Split
+// and Dup communicators and rank lists, duplicates rejected then a valid
+// init, the world from a sub-communicator and from a rank list, every
+// collective on each set.
+func TestMPIPythonTorch(t *testing.T) {
+	pkg := pythonPackage(t)
+	needMPI(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{python}, pytestArgs...)
+			out, code := mpirun(t, 2*time.Minute, np, pyEnv(pkg, "HVD_TEST_NO_INIT=1"), append(args, "--color=no", "../python/tests/test_mpi.py")...)
+			checkMPIPytest(t, out, code, np)
+		})
+	}
+}
+
+// TestMPIWithoutMPI4py: under mpirun with no store variable and no mpi4py,
+// every rank fails at once with what to do, and the job ends.
+func TestMPIWithoutMPI4py(t *testing.T) {
+	pkg := pythonPackage(t)
+	needMPI(t)
+	hide := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(hide, "mpi4py"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hide, "mpi4py", "__init__.py"), []byte("raise ImportError('mpi4py hidden by the test')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PYTHONPATH=" + hide + ":" + pkg, "PYTHONDONTWRITEBYTECODE=1"}
+	out, code := mpirun(t, time.Minute, 2, env, python, "-c", "import hvd.torch as hvd; hvd.init()")
+	if code == 0 {
+		t.Fatalf("exit 0, want a failure:\n%s", out)
+	}
+	for r := range 2 {
+		want := fmt.Sprintf("started by mpirun (openmpi variables: rank %d of 2) with no rendezvous store address", r)
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, tail(out, 40))
+		}
+	}
+	for _, want := range []string{"python3-mpi4py", "make python-mpi", "MASTER_ADDR", "hvdrun --mpi"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the error does not say %q:\n%s", want, tail(out, 20))
+		}
+	}
+}
