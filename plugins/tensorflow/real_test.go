@@ -50,3 +50,15 @@ func TestRealAPI(t *testing.T) {
 		})
 	}
 }
+
+// TestRealKeras runs testdata/real/fit.py (model.fit with
+// DistributedOptimizer and the callbacks: identical weights on every rank, a
+// falling loss; the learning-rate callbacks; load_model; dynamic process
+// sets) under hvdrun -np 2 and -np 3.
+func TestRealKeras(t *testing.T) {
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			runReal(t, np, "testdata/real/fit.py", "hvd.tensorflow.keras")
+		})
+	}
+}
