@@ -217,6 +217,21 @@ func TestPythonSyncBatchNorm(t *testing.T) {
 	}
 }
 
+// CUDA tensors take the host-staged path (pinned host copies, the CPU
+// planes, results back on the device) when NCCL is absent: checked with a
+// CUDA stand-in whose data_ptr() raises, so only a staged op can pass. Real
+// CUDA is not exercised here (docs/gpu.md).
+func TestPythonCUDAStaging(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg), append(args, "../python/tests/test_cuda_staging.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
 // The Python package's structure, read from its sources (and the TF/MXNet
 // modules from the plugins' golden files): an acyclic import graph of hvd.*
 // counting function-level imports, imports that follow the layers, and no
