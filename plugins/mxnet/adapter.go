@@ -30,10 +30,12 @@ func templated() pypkg.Templated {
 		Framework: pyprobe.Framework{
 			Module:    "mxnet",
 			GPU:       "(fw.device if hasattr(fw, 'device') else fw.context).num_gpus()",
+			// 1.9.1 is what the tests run (.ci/setup.d/30-frameworks.sh);
+			// MXNet 2 changed the Gluon Trainer and optimizer APIs.
 			Supported: pyprobe.MustRange(">=1.6,<2"),
 		},
 		// The same list feeds Describe and the generated code.
-		DTypes:   []string{"uint8", "int8", "int32", "int64", "float16", "float32", "float64"},
+		DTypes:   []string{"uint8", "int8", "int32", "int64", "float16", "float32", "float64", "bool"},
 		Template: initTemplate,
 	}
 }

@@ -6,10 +6,9 @@ import (
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 )
 
-// What can be checked without mxnet (not installable here): the contract, the
-// generated module against testdata/package.txtar, and that every generated
-// Python file byte-compiles. The module has never been imported under a real
-// mxnet.
+// What is checked without MXNet: the contract, the generated module against
+// testdata/package.txtar, and that every generated Python file
+// byte-compiles. real_test.go runs it under a real MXNet.
 
 func TestPackage(t *testing.T) {
 	set := plugintest.Contract(t, adapter(), "mxnet", "mxnet")

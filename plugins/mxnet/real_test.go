@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/hvdorg/hvd/plugins/internal/plugintest"
+	"github.com/hvdorg/hvd/sdk/plugin"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	plugintest.CleanupRuntime()
+	os.Exit(code)
+}
+
+// runReal runs a script of testdata/real under hvdrun -np np with the real
+// MXNet venv and checks every rank printed "<marker> ok".
+func runReal(t *testing.T, np int, script, marker string) string {
+	t.Helper()
+	py := plugintest.MXNetPython(t)
+	set, err := adapter().Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := plugintest.RunUnderHvdrunWith(t, set, py, np, script)
+	if n := strings.Count(out, marker+" ok"); n != np {
+		t.Fatalf("%d ranks printed %q, want %d:\n%s", n, marker+" ok", np, out)
+	}
+	return out
+}
+
+// TestRealP2P runs testdata/real/p2p.py (the collectives once over,
+// in-place writes, point-to-point and its errors) under hvdrun -np 2.
+func TestRealP2P(t *testing.T) {
+	runReal(t, 2, "testdata/real/p2p.py", "hvd.mxnet smoke")
+}
+
+// TestRealAPI runs testdata/real/api.py (every collective against expected
+// values, a process set that excludes the last rank, errors, zero copy,
+// DistributedOptimizer, a Gluon training run with DistributedTrainer)
+// under hvdrun -np 2 and -np 3.
+func TestRealAPI(t *testing.T) {
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			runReal(t, np, "testdata/real/api.py", "hvd.mxnet api")
+		})
+	}
+}
