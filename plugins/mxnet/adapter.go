@@ -28,8 +28,8 @@ func templated() pypkg.Templated {
 	return pypkg.Templated{
 		Name: "mxnet",
 		Framework: pyprobe.Framework{
-			Module:    "mxnet",
-			GPU:       "(fw.device if hasattr(fw, 'device') else fw.context).num_gpus()",
+			Module: "mxnet",
+			GPU:    "(fw.device if hasattr(fw, 'device') else fw.context).num_gpus()",
 			// 1.9.1 is what the tests run (.ci/setup.d/30-frameworks.sh);
 			// MXNet 2 changed the Gluon Trainer and optimizer APIs.
 			Supported: pyprobe.MustRange(">=1.6,<2"),
