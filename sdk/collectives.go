@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,43 @@ type ReduceOptions struct {
 	// per-process-set counter, so unnamed calls must happen in the same
 	// order on every member.
 	Name string
+	// Priority orders this tensor among those ready at the same time on
+	// every member: higher priorities are negotiated, fused and executed
+	// first; equal ones keep their order (0, the default, is Horovod's
+	// behaviour). Ranks may give different values: the highest counts.
+	Priority int
+}
+
+// Option adjusts a collective whose other parameters are a name
+// (allgather, broadcast, alltoall and their grouped forms):
+//
+//	ps.AllgatherAsync(t, "emb", sdk.Priority(2))
+type Option interface{ apply(*opOptions) }
+
+type opOptions struct{ priority int }
+
+// Priority is ReduceOptions.Priority as an Option: among the tensors ready
+// at the same time, higher priorities go first.
+type Priority int
+
+func (p Priority) apply(o *opOptions) { o.priority = int(p) }
+
+func collectOptions(opts []Option) opOptions {
+	var o opOptions
+	for _, x := range opts {
+		if x != nil {
+			x.apply(&o)
+		}
+	}
+	return o
+}
+
+// checkPriority refuses a priority the wire format cannot carry.
+func checkPriority(op string, p int) error {
+	if p < math.MinInt32 || p > math.MaxInt32 {
+		return fmt.Errorf("%w: %s: priority %d is out of range (a 32-bit signed integer)", ErrInvalidArgument, op, p)
+	}
+	return nil
 }
 
 // Handle is an enqueued collective. Wait blocks until it completes and
@@ -50,7 +88,16 @@ type Handle struct {
 
 // Wait blocks until the op completes and returns its output (the first one
 // for grouped ops; see Outputs).
-func (h *Handle) Wait() (Tensor, error) {
+func (h *Handle) Wait() (Tensor, error) { return h.wait(false) }
+
+// WaitDriving is Wait for a goroutine locked to its OS thread, such as a C
+// caller's (cmd/libhvd): while the set's engine is only polling for work,
+// the caller runs the negotiation round and the collective itself instead
+// of waiting for the engine's goroutine to complete the op and wake its
+// thread (see engine.Handle.WaitDriving). Results and errors are Wait's.
+func (h *Handle) WaitDriving() (Tensor, error) { return h.wait(true) }
+
+func (h *Handle) wait(drive bool) (Tensor, error) {
 	if h.p2p != nil {
 		h.p2p.wait()
 		if h.p2p.err != nil {
@@ -59,7 +106,11 @@ func (h *Handle) Wait() (Tensor, error) {
 		return h.p2p.t, nil
 	}
 	for _, o := range h.ops {
-		if err := o.Handle().Wait(); err != nil {
+		wait := o.Handle().Wait
+		if drive {
+			wait = o.Handle().WaitDriving
+		}
+		if err := wait(); err != nil {
 			return Tensor{}, h.ps.wrapErr(h.op, err)
 		}
 	}
@@ -158,6 +209,9 @@ func (o ReduceOptions) check(op string, t Tensor) error {
 	if err := o.Compression.valid(); err != nil {
 		return err
 	}
+	if err := checkPriority(op, o.Priority); err != nil {
+		return err
+	}
 	if o.Op == Adasum {
 		// Horovod's CPU Adasum: float16/32/64 (bfloat16 too here); the set
 		// size is checked at enqueue (checkAdasum).
@@ -177,7 +231,7 @@ func (o ReduceOptions) check(op string, t Tensor) error {
 
 func (ps *ProcessSet) reduceOp(typ engine.OpType, t, out Tensor, o ReduceOptions, name string) *engine.Op {
 	return &engine.Op{Type: typ, Name: name, In: toEngine(t), Out: toEngine(out), ReduceOp: uint8(o.Op),
-		Prescale: o.Prescale, Postscale: o.Postscale}
+		Prescale: o.Prescale, Postscale: o.Postscale, Priority: int32(o.Priority)}
 }
 
 // AllreduceAsync enqueues an allreduce of t into a new output tensor; t is
@@ -267,12 +321,16 @@ func (ps *ProcessSet) GroupedAllreduce(ts []Tensor, o ReduceOptions) ([]Tensor, 
 // AllgatherAsync enqueues a concatenation of every member's t along
 // dimension 0, in set-rank order. Dimension 0 may differ per rank; the
 // dtype, the number of dimensions and the other dimensions must match.
-func (ps *ProcessSet) AllgatherAsync(t Tensor, name string) (*Handle, error) {
+func (ps *ProcessSet) AllgatherAsync(t Tensor, name string, opts ...Option) (*Handle, error) {
 	const op = "allgather"
+	o := collectOptions(opts)
 	if err := ps.gatherable(op, t); err != nil {
 		return nil, err
 	}
-	return ps.enqueue(op, &engine.Op{Type: engine.Allgather, Name: ps.fullName(op, name), In: toEngine(t)})
+	if err := checkPriority(op, o.priority); err != nil {
+		return nil, err
+	}
+	return ps.enqueue(op, &engine.Op{Type: engine.Allgather, Name: ps.fullName(op, name), In: toEngine(t), Priority: int32(o.priority)})
 }
 
 func (ps *ProcessSet) gatherable(op string, t Tensor) error {
@@ -289,24 +347,34 @@ func (ps *ProcessSet) gatherable(op string, t Tensor) error {
 func (ps *ProcessSet) Allgather(t Tensor) (Tensor, error) { return wait(ps.AllgatherAsync(t, "")) }
 
 // GroupedAllgatherAsync enqueues allgathers of several tensors atomically.
-func (ps *ProcessSet) GroupedAllgatherAsync(ts []Tensor, name string) (*Handle, error) {
-	return ps.grouped("grouped_allgather", name, ts, ps.gatherable, func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor) {
-		return &engine.Op{Type: engine.Allgather, Name: name, In: toEngine(t)}, nil
+func (ps *ProcessSet) GroupedAllgatherAsync(ts []Tensor, name string, opts ...Option) (*Handle, error) {
+	o := collectOptions(opts)
+	return ps.grouped("grouped_allgather", name, ts, func(op string, t Tensor) error {
+		if err := ps.gatherable(op, t); err != nil {
+			return err
+		}
+		return checkPriority(op, o.priority)
+	}, func(t Tensor, name string) (*engine.Op, func(engine.Tensor) Tensor) {
+		return &engine.Op{Type: engine.Allgather, Name: name, In: toEngine(t), Priority: int32(o.priority)}, nil
 	})
 }
 
 // BroadcastAsync enqueues an in-place broadcast of root's t (root is a
 // global rank and must be a member of the set).
-func (ps *ProcessSet) BroadcastAsync(t Tensor, root int, name string) (*Handle, error) {
+func (ps *ProcessSet) BroadcastAsync(t Tensor, root int, name string, opts ...Option) (*Handle, error) {
 	const op = "broadcast"
+	o := collectOptions(opts)
 	if err := t.validate(op); err != nil {
+		return nil, err
+	}
+	if err := checkPriority(op, o.priority); err != nil {
 		return nil, err
 	}
 	sroot, err := ps.setRankOf(op, "root rank", root)
 	if err != nil {
 		return nil, err
 	}
-	return ps.enqueue(op, &engine.Op{Type: engine.Broadcast, Name: ps.fullName(op, name), In: toEngine(t), Out: toEngine(t), Root: sroot})
+	return ps.enqueue(op, &engine.Op{Type: engine.Broadcast, Name: ps.fullName(op, name), In: toEngine(t), Out: toEngine(t), Root: sroot, Priority: int32(o.priority)})
 }
 
 // Broadcast overwrites t on every member with root's t, in place.
@@ -320,9 +388,13 @@ func (ps *ProcessSet) Broadcast(t Tensor, root int) error {
 // every member in set-rank order, ReceivedSplits how many from each.
 // splits == nil divides dim 0 evenly (it must be divisible by the set size);
 // sum(splits) may be less than dim 0 (the rest is not sent), as in Horovod.
-func (ps *ProcessSet) AlltoallAsync(t Tensor, splits []int32, name string) (*Handle, error) {
+func (ps *ProcessSet) AlltoallAsync(t Tensor, splits []int32, name string, opts ...Option) (*Handle, error) {
 	const op = "alltoall"
+	o := collectOptions(opts)
 	if err := t.validate(op); err != nil {
+		return nil, err
+	}
+	if err := checkPriority(op, o.priority); err != nil {
 		return nil, err
 	}
 	if len(t.Shape) == 0 {
@@ -355,7 +427,7 @@ func (ps *ProcessSet) AlltoallAsync(t Tensor, splits []int32, name string) (*Han
 	if sum > d0 {
 		return nil, fmt.Errorf("%w: %s: splits add up to %d rows but the tensor has %d", ErrInvalidArgument, op, sum, d0)
 	}
-	return ps.enqueue(op, &engine.Op{Type: engine.Alltoall, Name: ps.fullName(op, name), In: toEngine(t), Splits: append([]int32(nil), splits...)})
+	return ps.enqueue(op, &engine.Op{Type: engine.Alltoall, Name: ps.fullName(op, name), In: toEngine(t), Splits: append([]int32(nil), splits...), Priority: int32(o.priority)})
 }
 
 // Alltoall is AlltoallAsync with an automatic name, then Wait; it returns
@@ -393,6 +465,9 @@ func (ps *ProcessSet) scatterable(op string, t Tensor, o ReduceOptions) error {
 		return err
 	}
 	if err := o.Compression.valid(); err != nil {
+		return err
+	}
+	if err := checkPriority(op, o.Priority); err != nil {
 		return err
 	}
 	if o.Op != Sum && o.Op != Average {

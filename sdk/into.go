@@ -21,6 +21,28 @@ func (ps *ProcessSet) AllreduceIntoAsync(t, out Tensor, o ReduceOptions) (*Handl
 	return ps.enqueue(op, ps.reduceOp(engine.Allreduce, t, out, o, ps.fullName(op, o.Name)))
 }
 
+// AllreduceIntoDriving is AllreduceIntoAsync then Handle.WaitDriving,
+// without a handle, for a goroutine locked to its OS thread (the C ABI's
+// synchronous allreduce): when the set's engine is only polling for work,
+// the calling goroutine runs the op's negotiation round and collective
+// itself, and the engine goroutine cannot start that round in between.
+func (ps *ProcessSet) AllreduceIntoDriving(t, out Tensor, o ReduceOptions) error {
+	held := ps != nil && ps.eng != nil && ps.eng.TryHold()
+	h, err := ps.AllreduceIntoAsync(t, out, o)
+	if held {
+		var eh *engine.Handle
+		if err == nil {
+			eh = h.ops[0].Handle()
+		}
+		ps.eng.DriveHeld(eh)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = h.WaitDriving()
+	return err
+}
+
 // GroupedAllreduceIntoAsync is GroupedAllreduceAsync with caller-owned
 // outputs (outs[i] for ts[i], same dtype and shape, may alias).
 func (ps *ProcessSet) GroupedAllreduceIntoAsync(ts, outs []Tensor, o ReduceOptions) (*Handle, error) {

@@ -56,7 +56,8 @@ func (c *Cache) Lookup(q *Request) (bit int, st CacheState) {
 
 func sameParams(a, b *Request) bool {
 	return a.Type == b.Type && a.DType == b.DType && slices.Equal(a.Shape, b.Shape) && a.ReduceOp == b.ReduceOp &&
-		a.Prescale == b.Prescale && a.Postscale == b.Postscale && a.Root == b.Root && a.Group == b.Group
+		a.Prescale == b.Prescale && a.Postscale == b.Postscale && a.Root == b.Root && a.Group == b.Group &&
+		a.Priority == b.Priority
 }
 
 // Response returns the cached response at bit and marks it used.

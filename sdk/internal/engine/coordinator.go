@@ -103,6 +103,7 @@ func (c *Coordinator) Ready() []Response {
 		delete(c.pending, name)
 	}
 	c.order = keep
+	byPriority(out)
 	if c.nJoined == c.n {
 		out = append(out, Response{Type: Join, LastJoined: int32(c.lastJoin)})
 		clear(c.joined)
@@ -110,6 +111,29 @@ func (c *Coordinator) Ready() []Response {
 		c.lastJoin = -1
 	}
 	return out
+}
+
+// priority is the highest priority any rank gave the tensor.
+func (p *pendingTensor) priority() int32 {
+	var prio int32
+	first := true
+	for _, q := range p.reqs {
+		if q != nil && (first || q.Priority > prio) {
+			prio, first = q.Priority, false
+		}
+	}
+	return prio
+}
+
+// byPriority orders responses by priority, higher first, keeping the
+// order of equal ones (a stable sort: the same on every member).
+func byPriority(rs []Response) {
+	for i := 1; i < len(rs); i++ {
+		if rs[i].Priority > rs[i-1].Priority { // else already in order: no sort, no allocation
+			sort.SliceStable(rs, func(i, j int) bool { return rs[i].Priority > rs[j].Priority })
+			return
+		}
+	}
 }
 
 func (c *Coordinator) isReady(p *pendingTensor) bool {
@@ -222,7 +246,7 @@ func (c *Coordinator) construct(name string, p *pendingTensor) Response {
 		return Response{Type: Error, Names: []string{name}, Err: fmt.Sprintf("%s %q is not supported with Join: rank(s) %v have joined", q0.Type, name, g)}
 	}
 	resp := Response{Type: q0.Type, Names: []string{name}, DType: q0.DType, ReduceOp: q0.ReduceOp,
-		Prescale: q0.Prescale, Postscale: q0.Postscale, Root: q0.Root, Joined: joined}
+		Prescale: q0.Prescale, Postscale: q0.Postscale, Root: q0.Root, Joined: joined, Priority: p.priority()}
 	switch q0.Type {
 	case Allreduce, Reducescatter:
 		resp.Counts = []int64{numElements(q0.Shape)}

@@ -48,6 +48,9 @@ type Op struct {
 	Splits    []int32
 	Group     string
 	GroupSize int
+	// Priority: among the tensors ready in a round, higher ones are
+	// negotiated, fused and executed first (Request.Priority).
+	Priority int32
 
 	h   Handle
 	req Request // what was negotiated (kept for the response cache)
@@ -55,6 +58,7 @@ type Op struct {
 
 // Handle is the result of an Op. Wait and Poll are safe from any goroutine.
 type Handle struct {
+	e          *Engine
 	done       chan struct{}
 	err        error
 	Out        Tensor
@@ -69,6 +73,23 @@ func (o *Op) Handle() *Handle { return &o.h }
 // spin: the engine goroutine does, and two spinning threads per process
 // starve each other on small machines.)
 func (h *Handle) Wait() error {
+	<-h.done
+	return h.err
+}
+
+// WaitDriving is Wait for a caller whose goroutine is locked to its OS
+// thread (a C caller through libhvd): while the engine goroutine is only
+// polling for work (not asleep in the control plane's Idle, not in a
+// round), the caller runs the engine's rounds itself until its op
+// completes (Engine.drive), instead of sleeping until the engine goroutine
+// completes the op and wakes its thread — a hand-off that costs such a
+// caller two thread wake-ups (tens of µs each on small VMs). A Go caller
+// gains nothing: the engine goroutine hands it the op's completion on its
+// own thread (spinForWork), so it uses Wait.
+func (h *Handle) WaitDriving() error {
+	if h.e != nil {
+		h.e.drive(h)
+	}
 	<-h.done
 	return h.err
 }
@@ -148,6 +169,12 @@ type Engine struct {
 	retire error // if set, the reason given to pending ops whatever stops the engine
 	closed bool
 
+	// drv is held by whoever runs the loop's steps — the engine goroutine,
+	// or a caller of Wait that found it only polling for work (drive) —
+	// so that the state below it (waiting, cache, coord, fusion, lastRound,
+	// lastStall, the planes) has one user at a time.
+	drv sync.Mutex
+
 	fusion    []byte
 	done      chan struct{}
 	quit      chan struct{} // closed by Close: cuts a cycle-time pause short
@@ -159,8 +186,9 @@ type Engine struct {
 	running atomic.Pointer[Response]
 	busy    atomic.Bool
 
-	stats  struct{ rounds, negotiations, sent, cached atomic.Uint64 }
+	stats  struct{ rounds, negotiations, sent, cached, driven atomic.Uint64 }
 	queued atomic.Bool // queue non-empty (read while spinning, without the lock)
+	halted atomic.Bool // closed or stopped (e.closed or e.err set; read without the lock)
 }
 
 // Stats counts the engine's work since it started.
@@ -169,9 +197,10 @@ type Stats struct {
 	Negotiations uint64 // rounds that went through the coordinator
 	SentRequests uint64 // requests this rank sent to the coordinator
 	CachedOps    uint64 // responses executed straight from the response cache
+	CallerRounds uint64 // rounds run by a waiting caller instead of the engine goroutine
 }
 
 // Stats returns the counters (safe from any goroutine).
 func (e *Engine) Stats() Stats {
-	return Stats{e.stats.rounds.Load(), e.stats.negotiations.Load(), e.stats.sent.Load(), e.stats.cached.Load()}
+	return Stats{e.stats.rounds.Load(), e.stats.negotiations.Load(), e.stats.sent.Load(), e.stats.cached.Load(), e.stats.driven.Load()}
 }

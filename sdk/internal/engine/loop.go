@@ -66,7 +66,7 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		}
 	}
 	for _, o := range ops {
-		o.h = Handle{done: make(chan struct{})}
+		o.h = Handle{e: e, done: make(chan struct{})}
 		if o.Type == Join {
 			e.joins = append(e.joins, o)
 		} else {
@@ -74,7 +74,7 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		}
 		o.req = Request{Type: o.Type, DType: o.In.DType, Name: o.Name, Shape: o.In.Shape,
 			ReduceOp: o.ReduceOp, Prescale: o.Prescale, Postscale: o.Postscale, Root: int32(o.Root),
-			Group: o.Group, GroupSize: int32(o.GroupSize)}
+			Group: o.Group, GroupSize: int32(o.GroupSize), Priority: o.Priority}
 		e.queue = append(e.queue, o.req)
 		e.tl().NegotiateStart(o.Name, o.Type.String())
 	}
@@ -113,6 +113,7 @@ func (e *Engine) Close(err error) {
 		}
 	}
 	e.closed = true
+	e.halted.Store(true)
 	e.mu.Unlock()
 	e.quitOnce.Do(func() { close(e.quit) })
 	e.closePlanes()
@@ -139,14 +140,23 @@ func (e *Engine) Err() error {
 func (e *Engine) loop() {
 	defer close(e.done)
 	for {
+		e.drv.Lock()
 		e.mu.Lock()
-		hasNew, closed := len(e.queue) > 0, e.closed
+		hasNew, over := len(e.queue) > 0, e.closed || e.err != nil
 		e.mu.Unlock()
-		if closed {
+		if over {
+			e.drv.Unlock()
 			return
 		}
 		if !hasNew && e.cfg.Spin > 0 {
-			hasNew = e.spinForWork()
+			hasNew = e.spinForWork() // may let a waiting caller drive meanwhile
+			e.mu.Lock()
+			over = e.closed || e.err != nil
+			e.mu.Unlock()
+			if over {
+				e.drv.Unlock()
+				return
+			}
 		}
 		if !hasNew {
 			timeout := time.Duration(-1)
@@ -164,33 +174,113 @@ func (e *Engine) loop() {
 				// timeout; members that do not need it finish their op.
 				e.closePlanes()
 				e.stop(err)
+				e.drv.Unlock()
 				return
 			}
 			if !incoming {
 				if err := e.stallCheck(); err != nil {
 					e.closePlanes() // the peers see this rank leave and fail too
 					e.stop(err)
+					e.drv.Unlock()
 					return
 				}
 				if e.heartbeatIn() != 0 {
+					e.drv.Unlock()
 					continue
 				}
 				// Heartbeat due: an empty round (below) probes every member.
 			}
 		}
-		e.pace()
-		e.tl().MarkCycleStart()
-		e.busy.Store(true)
-		err := e.round()
-		e.running.Store(nil)
-		e.busy.Store(false)
-		if err != nil {
-			e.stop(err)
+		ok := e.step()
+		e.drv.Unlock()
+		if !ok {
 			return
 		}
-		if err := e.stallCheck(); err != nil {
-			e.closePlanes()
-			e.stop(err)
+	}
+}
+
+// step runs one round (paced by CycleTime) and the stall inspector; on an
+// error it stops the engine and returns false. The caller holds e.drv.
+func (e *Engine) step() bool {
+	e.pace()
+	e.tl().MarkCycleStart()
+	e.busy.Store(true)
+	err := e.round()
+	e.running.Store(nil)
+	e.busy.Store(false)
+	if err != nil {
+		e.stop(err)
+		return false
+	}
+	if err := e.stallCheck(); err != nil {
+		e.closePlanes()
+		e.stop(err)
+		return false
+	}
+	return true
+}
+
+// drive runs the engine's rounds on the calling goroutine until h
+// completes, as long as there is work for a round (an op of this rank
+// queued, or a peer starting one) and the engine goroutine is not itself
+// busy or asleep in Idle (e.drv is free only while it polls for work).
+// Otherwise it returns and the caller sleeps on h as before; it never
+// blocks on e.drv, so it cannot hang where waiting on h would not.
+func (e *Engine) drive(h *Handle) {
+	if !h.Poll() && e.drv.TryLock() {
+		e.driveHeld(h)
+	}
+}
+
+// TryHold takes the right to run the engine's rounds if the engine
+// goroutine is only polling for work; the caller then enqueues its op and
+// passes its handle to DriveHeld, which runs the rounds until the op
+// completes and gives the right back. Holding it across Enqueue keeps the
+// engine goroutine from starting the op's round between Enqueue and the
+// caller's wait (it would win that race: it polls while the caller
+// returns from Enqueue). False: wait as usual.
+func (e *Engine) TryHold() bool { return e.drv.TryLock() }
+
+// DriveHeld runs rounds until h completes or no round has work (see
+// drive), then releases what TryHold took; h == nil only releases it.
+// The caller then waits on h as usual.
+func (e *Engine) DriveHeld(h *Handle) {
+	if h == nil {
+		e.drv.Unlock()
+		return
+	}
+	e.driveHeld(h)
+}
+
+// driveHeld is drive's loop; it is entered with e.drv held and returns
+// with it released.
+func (e *Engine) driveHeld(h *Handle) {
+	for first := true; !h.Poll(); first = false {
+		if !first && !e.drv.TryLock() {
+			return
+		}
+		e.mu.Lock()
+		over := e.closed || e.err != nil
+		e.mu.Unlock()
+		work := !over && e.queued.Load()
+		if !over && !work {
+			in, err := e.control.Idle(0)
+			if err != nil {
+				e.closePlanes()
+				e.stop(err)
+				e.drv.Unlock()
+				return
+			}
+			work = in
+		}
+		if !work {
+			e.drv.Unlock()
+			return
+		}
+		e.stats.driven.Add(1)
+		ok := e.step()
+		e.drv.Unlock()
+		if !ok {
 			return
 		}
 	}
@@ -244,7 +334,11 @@ func (e *Engine) tl() *timeline.Timeline {
 }
 
 // spinForWork busy-polls for up to Config.Spin for a local enqueue or a
-// peer starting a round, so back-to-back ops skip the sleep/wake-up.
+// peer starting a round, so back-to-back ops skip the sleep/wake-up. The
+// caller holds e.drv; it is released between polls so that a caller
+// waiting for its op can run the round itself (drive): the engine
+// goroutine then blocks on e.drv until that round is over, instead of
+// spinning beside it.
 func (e *Engine) spinForWork() bool {
 	deadline := time.Now().Add(e.cfg.Spin)
 	for time.Now().Before(deadline) {
@@ -254,10 +348,16 @@ func (e *Engine) spinForWork() bool {
 		if in, err := e.control.Idle(0); in || err != nil {
 			return true // an error is reported by the round
 		}
+		e.drv.Unlock()
 		// The caller whose op just completed was made runnable on this
-		// thread's queue: let it run here (and enqueue its next op) rather
-		// than wake another OS thread for it, which costs tens of µs on VMs.
+		// thread's queue: let it run here (and enqueue its next op, or
+		// drive its round) rather than wake another OS thread for it,
+		// which costs tens of µs on VMs.
 		runtime.Gosched()
+		e.drv.Lock()
+		if e.halted.Load() { // not e.mu: an enqueuing caller holds it, and would park
+			return true // the loop sees it
+		}
 	}
 	// Idle(0) may have consumed an enqueue's Kick: look once more, or the
 	// blocking Idle that follows would sleep through it.
@@ -277,6 +377,7 @@ func (e *Engine) stop(err error) {
 		e.err = err
 	}
 	err = e.err
+	e.halted.Store(true)
 	e.mu.Unlock()
 	e.failAll(err)
 }

@@ -78,6 +78,9 @@ type Request struct {
 	Root      int32 // set rank, broadcast only
 	Group     string
 	GroupSize int32
+	// Priority orders ready tensors: higher first (negotiated, fused and
+	// executed); ranks may differ, the highest counts.
+	Priority int32
 }
 
 // RankMessage is one rank's contribution to a negotiation round.
@@ -103,6 +106,10 @@ type Response struct {
 	RowElems   []int64
 	LastJoined int32 // Join: set rank that joined last
 	Joined     []int32
+	// Priority: the highest of the ranks' requests (of the first name when
+	// fused); every member executes a round's list in this order, higher
+	// first, ties in the coordinator's order.
+	Priority int32
 }
 
 // ResponseList is the coordinator's decision for one round.
@@ -234,6 +241,7 @@ func (m *RankMessage) Encode() []byte {
 		w.i(int64(q.Root))
 		w.s(q.Group)
 		w.i(int64(q.GroupSize))
+		w.i(int64(q.Priority))
 	}
 	return w.b
 }
@@ -251,6 +259,7 @@ func DecodeRankMessage(b []byte) (*RankMessage, error) {
 		q.Root = int32(r.i())
 		q.Group = r.s()
 		q.GroupSize = int32(r.i())
+		q.Priority = int32(r.i())
 		if r.err == nil && (!q.DType.Valid() || q.Type > Reducescatter || q.Type == 4) {
 			r.fail(fmt.Errorf("corrupt request %q: type %d dtype %d", q.Name, q.Type, q.DType))
 		}
@@ -288,6 +297,7 @@ func (l *ResponseList) Encode() []byte {
 		for _, j := range p.Joined {
 			w.i(int64(j))
 		}
+		w.i(int64(p.Priority))
 	}
 	return w.b
 }
@@ -315,6 +325,7 @@ func DecodeResponseList(b []byte) (*ResponseList, error) {
 		for j := 0; j < nj && r.err == nil; j++ {
 			p.Joined = append(p.Joined, int32(r.i()))
 		}
+		p.Priority = int32(r.i())
 		if r.err == nil && p.Type > Error {
 			r.fail(fmt.Errorf("corrupt response type %d", p.Type))
 		}

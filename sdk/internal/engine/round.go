@@ -185,6 +185,23 @@ func coordinate(c *Coordinator, msgs [][]byte, now time.Time, threshold int64, a
 	return Fuse(resps, threshold), nil
 }
 
+// executionList is what every member executes in a round, in order: the
+// responses run from the cache (in cache order, fused) and the ones the
+// coordinator negotiated (already fused, in its order), merged by priority,
+// higher first — a stable sort, so that without priorities the cached ones
+// go first as before. Both inputs are the same on every member, so the list
+// is too.
+func executionList(cached, negotiated []Response, threshold int64) []Response {
+	var list []Response
+	if len(cached) > 0 {
+		byPriority(cached) // cached is this round's own list
+		list = Fuse(cached, threshold)
+	}
+	list = append(list, negotiated...)
+	byPriority(list)
+	return list
+}
+
 // rememberResponse puts a negotiated response into the cache, one entry
 // per tensor this rank requested (reqOf: this rank's request for a name),
 // when the type is cacheable and no rank joined. Called for every response
@@ -235,22 +252,20 @@ func (e *Engine) round() error {
 	e.waiting = plan.Waiting
 	e.stats.rounds.Add(1)
 	e.stats.cached.Add(uint64(len(plan.Cached)))
-	var list []Response
-	if len(plan.Cached) > 0 {
-		list = Fuse(plan.Cached, e.cfg.FusionThreshold)
-	}
+	var slow []Response
 	if plan.Negotiate {
 		e.stats.negotiations.Add(1)
 		e.stats.sent.Add(uint64(len(plan.Uncached)))
-		slow, err := e.negotiate(plan.Uncached)
+		var err error
+		slow, err = e.negotiate(plan.Uncached)
 		if err != nil {
 			return err
 		}
 		for _, r := range slow {
 			e.remember(r)
 		}
-		list = append(list, slow...)
 	}
+	list := executionList(plan.Cached, slow, e.cfg.FusionThreshold)
 	for i := range list {
 		e.running.Store(&list[i])
 		if err := e.execute(&list[i]); err != nil {

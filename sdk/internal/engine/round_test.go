@@ -30,7 +30,7 @@ import (
 //
 //	init ranks=N [cache=C] [fusion=BYTES] [global=a,b,…]
 //	submit ranks=0,1|all      then one op per line:
-//	    TYPE NAME [DTYPE] [DIMS] [op=sum] [root=R] [group=G/SIZE] [pre=X] [post=X]
+//	    TYPE NAME [DTYPE] [DIMS] [op=sum] [root=R] [group=G/SIZE] [pre=X] [post=X] [prio=P]
 //	    (DIMS like 4x3, 0-d when absent; DTYPE float32 when absent)
 //	join ranks=…
 //	round                     one round on every rank
@@ -323,6 +323,9 @@ func parseReq(line string) (Request, error) {
 			q.Prescale, _ = strconv.ParseFloat(v, 64)
 		case k == "post":
 			q.Postscale, _ = strconv.ParseFloat(v, 64)
+		case k == "prio":
+			x, _ := strconv.Atoi(v)
+			q.Priority = int32(x)
 		default:
 			return Request{}, fmt.Errorf("op line %q: unknown %q", line, a)
 		}
@@ -387,11 +390,7 @@ func (s *sim) round() (string, error) {
 				return q, ok
 			})
 		}
-		var list []Response
-		if len(plans[r].Cached) > 0 {
-			list = Fuse(plans[r].Cached, s.fusion)
-		}
-		lists[r] = append(list, negotiated...)
+		lists[r] = executionList(plans[r].Cached, negotiated, s.fusion)
 	}
 	same := true
 	for r := range lists {
@@ -494,6 +493,9 @@ func describeResp(r Response) string {
 	}
 	if len(r.Joined) > 0 {
 		s += fmt.Sprintf(" joined=%v", r.Joined)
+	}
+	if r.Priority != 0 {
+		s += fmt.Sprintf(" prio=%d", r.Priority)
 	}
 	return s
 }
