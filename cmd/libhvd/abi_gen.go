@@ -11,7 +11,7 @@ import (
 import "C"
 
 // specVersion is the ABI version the Python package checks at load time.
-const specVersion = 2
+const specVersion = 3
 
 // Error codes; functions return them negated.
 const (
@@ -365,29 +365,45 @@ func hvd_elastic_want_sync(skip C.int32_t, errBuf *C.char, errLen C.int64_t) (re
 // hvd_allreduce_async enqueues an allreduce of tensor into output (output may be tensor: in place); returns a handle.
 //
 //export hvd_allreduce_async
-func hvd_allreduce_async(tensor unsafe.Pointer, output unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_allreduce_async(tensor unsafe.Pointer, output unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_allreduce_async: %v", r)))
 		}
 	}()
-	v, err := implAllreduceAsync(tensor, output, int32(dtype), goInt64s(shape, shapeLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name))
+	v, err := implAllreduceAsync(tensor, output, int32(dtype), goInt64s(shape, shapeLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
 	return C.int64_t(v)
 }
 
+// hvd_allreduce allreduces tensor into output (may be tensor: in place) and waits, without a handle: the calling thread runs the negotiation round and the collective itself when the engine is idle, instead of being woken by it.
+//
+//export hvd_allreduce
+func hvd_allreduce(tensor unsafe.Pointer, output unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_allreduce: %v", r)))
+		}
+	}()
+	v, err := implAllreduce(tensor, output, int32(dtype), goInt64s(shape, shapeLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name), int32(priority))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
 // hvd_grouped_allreduce_async enqueues allreduces of several tensors as one group; returns a handle.
 //
 //export hvd_grouped_allreduce_async
-func hvd_grouped_allreduce_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, outputs *unsafe.Pointer, outputsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_grouped_allreduce_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, outputs *unsafe.Pointer, outputsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_grouped_allreduce_async: %v", r)))
 		}
 	}()
-	v, err := implGroupedAllreduceAsync(goPtrs(tensors, tensorsLen), goPtrs(outputs, outputsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name))
+	v, err := implGroupedAllreduceAsync(goPtrs(tensors, tensorsLen), goPtrs(outputs, outputsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
@@ -397,13 +413,13 @@ func hvd_grouped_allreduce_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, 
 // hvd_allgather_async enqueues an allgather along dimension 0; the output is read with handle_output_*.
 //
 //export hvd_allgather_async
-func hvd_allgather_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_allgather_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_allgather_async: %v", r)))
 		}
 	}()
-	v, err := implAllgatherAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(processSet), C.GoString(name))
+	v, err := implAllgatherAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
@@ -413,13 +429,13 @@ func hvd_allgather_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_
 // hvd_grouped_allgather_async enqueues allgathers of several tensors as one group.
 //
 //export hvd_grouped_allgather_async
-func hvd_grouped_allgather_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_grouped_allgather_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_grouped_allgather_async: %v", r)))
 		}
 	}()
-	v, err := implGroupedAllgatherAsync(goPtrs(tensors, tensorsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(processSet), C.GoString(name))
+	v, err := implGroupedAllgatherAsync(goPtrs(tensors, tensorsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
@@ -429,13 +445,13 @@ func hvd_grouped_allgather_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, 
 // hvd_broadcast_async enqueues an in-place broadcast from root_rank (a global rank).
 //
 //export hvd_broadcast_async
-func hvd_broadcast_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, rootRank C.int32_t, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_broadcast_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, rootRank C.int32_t, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_broadcast_async: %v", r)))
 		}
 	}()
-	v, err := implBroadcastAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(rootRank), int32(processSet), C.GoString(name))
+	v, err := implBroadcastAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(rootRank), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
@@ -445,13 +461,13 @@ func hvd_broadcast_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_
 // hvd_alltoall_async enqueues an alltoall; splits absent (count -1): dimension 0 divided evenly.
 //
 //export hvd_alltoall_async
-func hvd_alltoall_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, splits *C.int32_t, splitsLen C.int64_t, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_alltoall_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, splits *C.int32_t, splitsLen C.int64_t, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_alltoall_async: %v", r)))
 		}
 	}()
-	v, err := implAlltoallAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), goInt32s(splits, splitsLen), int32(processSet), C.GoString(name))
+	v, err := implAlltoallAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), goInt32s(splits, splitsLen), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
@@ -461,13 +477,13 @@ func hvd_alltoall_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t
 // hvd_reducescatter_async enqueues a reducescatter (Sum or Average).
 //
 //export hvd_reducescatter_async
-func hvd_reducescatter_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_reducescatter_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.int64_t, shapeLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_reducescatter_async: %v", r)))
 		}
 	}()
-	v, err := implReducescatterAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name))
+	v, err := implReducescatterAsync(tensor, int32(dtype), goInt64s(shape, shapeLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}
@@ -477,13 +493,13 @@ func hvd_reducescatter_async(tensor unsafe.Pointer, dtype C.int32_t, shape *C.in
 // hvd_grouped_reducescatter_async enqueues reducescatters of several tensors as one group.
 //
 //export hvd_grouped_reducescatter_async
-func hvd_grouped_reducescatter_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+func hvd_grouped_reducescatter_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, name *C.char, priority C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
 	defer func() {
 		if r := recover(); r != nil {
 			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_grouped_reducescatter_async: %v", r)))
 		}
 	}()
-	v, err := implGroupedReducescatterAsync(goPtrs(tensors, tensorsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name))
+	v, err := implGroupedReducescatterAsync(goPtrs(tensors, tensorsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(name), int32(priority))
 	if err != nil {
 		return C.int64_t(-setError(errBuf, errLen, err))
 	}

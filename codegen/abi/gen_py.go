@@ -69,6 +69,10 @@ func pyArgs(f Func) string {
 	var ns []string
 	for _, a := range f.Args {
 		if !a.Kind.IsOut() {
+			if d, ok := f.Defaults[a.Name]; ok {
+				ns = append(ns, a.Name+"="+d)
+				continue
+			}
 			ns = append(ns, a.Name)
 		}
 	}

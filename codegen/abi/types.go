@@ -82,6 +82,10 @@ type Func struct {
 	Returns Kind  `json:"returns"`
 	Errors  bool  `json:"errors"`
 	Phase   Phase `json:"phase,omitempty"`
+	// Defaults gives trailing arguments a default in the Python function
+	// (a Python expression by argument name), so that an argument added at
+	// the end keeps older Python callers working. C has no defaults.
+	Defaults map[string]string `json:"defaults,omitempty"`
 }
 
 // ErrorCode is one failure class of the ABI and the Python exception it
@@ -196,6 +200,23 @@ func (s *Spec) Validate() error {
 			}
 			if a.Kind.IsOut() && i != len(f.Args)-1 {
 				return fmt.Errorf("abi: function %s: the output buffer %s must be the last argument", f.Name, a.Name)
+			}
+		}
+		defaulted := false
+		for _, a := range f.Args {
+			_, has := f.Defaults[a.Name]
+			switch {
+			case has && a.Kind.IsOut():
+				return fmt.Errorf("abi: function %s: the output buffer %s cannot have a default", f.Name, a.Name)
+			case has:
+				defaulted = true
+			case defaulted && !a.Kind.IsOut():
+				return fmt.Errorf("abi: function %s: argument %s follows an argument with a default and has none", f.Name, a.Name)
+			}
+		}
+		for name := range f.Defaults {
+			if !args[name] {
+				return fmt.Errorf("abi: function %s: a default for %q, which is not an argument", f.Name, name)
 			}
 		}
 	}

@@ -619,7 +619,10 @@ def test_optimizer_averages_gradients():
 
 
 @pytest.mark.parametrize('kw', [dict(), dict(groups=2), dict(groups='list'), dict(op='sum'),
-                                dict(compression=hvd.Compression.fp16), dict(gradient_predivide_factor=2.0)])
+                                dict(compression=hvd.Compression.fp16), dict(gradient_predivide_factor=2.0),
+                                dict(priorities='layer_order'), dict(priorities='layer_order', groups=2),
+                                dict(priorities={'0.weight': 5, '2.bias': -1}),
+                                dict(priorities=lambda name, p: 3 if name.endswith('weight') else R)])
 def test_optimizer_variants(kw):
     model = make_model()
     kw = dict(kw)
@@ -771,3 +774,67 @@ def test_dataloader_with_workers():
         next(iter(bad))
 
 
+
+
+# -------------------------------------------------------------- priorities
+
+def test_priority_on_every_collective():
+    """priority= (hvd's addition) is accepted by every collective, sync and
+    async, and changes nothing in the results (the order among tensors
+    ready together is tested in Go, sdk/priority_test.go)."""
+    x = torch.full([2, 3], float(R + 1))
+    total = float(N * (N + 1) // 2)
+    assert torch.equal(hvd.allreduce(x, op=hvd.Sum, name='pr.ar', priority=3), torch.full([2, 3], total))
+    y = x.clone()
+    hvd.allreduce_(y, op=hvd.Sum, name='pr.ar_', priority=-4)
+    assert torch.equal(y, torch.full([2, 3], total))
+    h = hvd.allreduce_async(x, op=hvd.Sum, name='pr.ara', priority=1)
+    h2 = hvd.allreduce_async_(x.clone(), op=hvd.Sum, name='pr.ara_', priority=2)
+    assert torch.equal(hvd.synchronize(h), torch.full([2, 3], total))
+    assert torch.equal(hvd.synchronize(h2), torch.full([2, 3], total))
+    outs = hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum, name='pr.gar', priority=7)
+    assert torch.equal(outs[1], torch.full([2, 3], 2 * total))
+    hvd.synchronize(hvd.grouped_allreduce_async_([x.clone()], op=hvd.Sum, name='pr.gar_', priority=7))
+    g = hvd.allgather(torch.tensor([R]), name='pr.ag', priority=5)
+    assert g.tolist() == list(range(N))
+    assert [t.tolist() for t in hvd.grouped_allgather([torch.tensor([R])], name='pr.gag', priority=5)] == [list(range(N))]
+    b = hvd.broadcast(torch.tensor([R]), root_rank=N - 1, name='pr.bc', priority=9)
+    assert b.tolist() == [N - 1]
+    b = torch.tensor([R])
+    hvd.broadcast_(b, root_rank=0, name='pr.bc_', priority=9)
+    assert b.tolist() == [0]
+    a = hvd.alltoall(torch.arange(N) + 10 * R, name='pr.a2a', priority=2)
+    assert a.tolist() == [10 * r + R for r in range(N)]
+    rs = hvd.reducescatter(torch.ones(N, 2), op=hvd.Sum, name='pr.rs', priority=1)
+    assert torch.equal(rs, torch.full([1, 2], float(N)))
+    rs = hvd.grouped_reducescatter([torch.ones(N, 2)], op=hvd.Sum, name='pr.grs', priority=1)
+    assert torch.equal(rs[0], torch.full([1, 2], float(N)))
+    # Ranks may disagree: the highest wins, nothing hangs.
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name='pr.disagree', priority=R).item() == N
+    # Differentiable with a priority.
+    v = torch.ones(3, requires_grad=True)
+    hvd.allreduce(v, op=hvd.Sum, name='pr.grad', priority=2).sum().backward()
+    assert torch.equal(v.grad, torch.full([3], float(N)))
+
+
+@pytest.mark.parametrize('bad', [2 ** 31, -2 ** 31 - 1, 1.5, 'high', True])
+def test_priority_bad_values(bad):
+    with pytest.raises(ValueError, match='priority'):
+        hvd.allreduce(torch.ones(1), name='pr.bad', priority=bad)
+    with pytest.raises(ValueError, match='priority'):
+        hvd.allgather_async(torch.ones(1), name='pr.bad', priority=bad)
+    with pytest.raises(ValueError, match='priorities'):
+        hvd.DistributedOptimizer(torch.optim.SGD(make_model().parameters(), lr=0.1), priorities='first')
+    # Nothing was left half-enqueued.
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name='pr.bad.after').item() == N
+
+
+def test_sync_allreduce_errors_are_horovods():
+    """The synchronous allreduce is one library call now: a mismatch found by
+    negotiation is still HorovodInternalError on every rank, a bad call
+    still ValueError, and the name is free again afterwards."""
+    with pytest.raises(hvd.HorovodInternalError, match='shape'):
+        hvd.allreduce(torch.ones(R + 1), name='pr.mismatch')
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(1), op=42, name='pr.badop')
+    assert hvd.allreduce(torch.ones(R + 1)[:1], op=hvd.Sum, name='pr.mismatch').item() == N

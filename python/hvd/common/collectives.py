@@ -129,6 +129,17 @@ def check_peer(peer, what):
     return int(peer)
 
 
+def check_priority(priority):
+    """A collective's priority (a 32-bit signed int; higher goes first among
+    tensors ready together) as an int; ValueError otherwise."""
+    if type(priority) is int and -(1 << 31) <= priority < 1 << 31:
+        return priority  # the common case, fast (it runs for every op)
+    if isinstance(priority, bool) or not isinstance(priority, numbers.Integral) or \
+            not -(1 << 31) <= priority < 1 << 31:
+        raise ValueError('hvd: priority must be an int in -2**31 .. 2**31-1, not %r' % (priority,))
+    return int(priority)
+
+
 def check_tag(tag):
     """A point-to-point tag (0 .. 2**32-1) as an int; ValueError otherwise."""
     if isinstance(tag, bool) or not isinstance(tag, numbers.Integral) or not 0 <= tag < 1 << 32:
@@ -188,104 +199,136 @@ class Collectives:
 
     # ---------------------------------------------------------- allreduce
 
-    def _allreduce_async(self, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set):
+    def _allreduce_async(self, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set,
+                         priority=0):
         fw = self.fw
         x = fw.inplace(tensor, 'tensor') if in_place else fw.input(tensor, 'tensor')
         check_op(op, process_set)
+        priority = check_priority(priority)
         src = fw.contiguous(x)
         out = src if in_place else fw.empty_like(src)
         ptr, dt, shape = self._describe(src)
         handle = _abi.allreduce_async(ptr, fw.address(out), dt, shape, op, float(prescale_factor),
-                                      float(postscale_factor), set_id(process_set), name)
+                                      float(postscale_factor), set_id(process_set), name, priority)
         if in_place:
             return track(handle, (x, src), lambda: fw.copy_back(x, src))
         return track(handle, (x, src, out), lambda: out)
 
+    def _allreduce_sync(self, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set,
+                        priority=0):
+        """The waiting allreduce in one library call, without a handle: the
+        calling thread runs the round itself when the engine is idle (no
+        wake-up by the engine's thread; issue 18). Errors as synchronize's."""
+        fw = self.fw
+        x = fw.inplace(tensor, 'tensor') if in_place else fw.input(tensor, 'tensor')
+        check_op(op, process_set)
+        priority = check_priority(priority)
+        src = fw.contiguous(x)
+        out = src if in_place else fw.empty_like(src)
+        ptr, dt, shape = self._describe(src)
+        _abi.allreduce(ptr, fw.address(out), dt, shape, op, float(prescale_factor), float(postscale_factor),
+                       set_id(process_set), name, priority)
+        return fw.copy_back(x, src) if in_place else out
+
     def allreduce_async(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set=global_process_set):
+                        process_set=global_process_set, priority=0):
         op = handle_average_backwards_compatibility(op, average)
-        return self._allreduce_async(tensor, False, name, op, prescale_factor, postscale_factor, process_set)
+        return self._allreduce_async(tensor, False, name, op, prescale_factor, postscale_factor, process_set,
+                                     priority)
 
     def allreduce_async_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                         postscale_factor=1.0, process_set=global_process_set):
+                         postscale_factor=1.0, process_set=global_process_set, priority=0):
         op = handle_average_backwards_compatibility(op, average)
-        return self._allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor, process_set)
+        return self._allreduce_async(tensor, True, name, op, prescale_factor, postscale_factor, process_set,
+                                     priority)
 
-    def allreduce(self, tensor, average, name, compression, op, prescale_factor, postscale_factor, process_set):
+    def allreduce_sync(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set, priority=0):
+        """allreduce_async then synchronize, in one library call (a new output)."""
+        op = handle_average_backwards_compatibility(op, average)
+        return self._allreduce_sync(tensor, False, name, op, prescale_factor, postscale_factor, process_set,
+                                    priority)
+
+    def allreduce(self, tensor, average, name, compression, op, prescale_factor, postscale_factor, process_set,
+                  priority=0):
         compressed, ctx = compression.compress(self.fw.input(tensor, 'tensor'))
-        out = synchronize(self.allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor,
-                                               process_set))
+        out = self.allreduce_sync(compressed, average, name, op, prescale_factor, postscale_factor, process_set,
+                                  priority)
         return compression.decompress(out, ctx)
 
     def allreduce_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                   process_set=global_process_set):
-        return synchronize(self.allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                                 process_set))
+                   process_set=global_process_set, priority=0):
+        op = handle_average_backwards_compatibility(op, average)
+        return self._allreduce_sync(tensor, True, name, op, prescale_factor, postscale_factor, process_set,
+                                    priority)
 
     def _grouped_allreduce_async(self, tensors, in_place, name, op, prescale_factor, postscale_factor,
-                                 process_set):
+                                 process_set, priority=0):
         fw = self.fw
         xs = self._group(tensors, in_place)
         check_op(op, process_set)
+        priority = check_priority(priority)
         srcs = [fw.contiguous(x) for x in xs]
         outs = srcs if in_place else [fw.empty_like(s) for s in srcs]
         ptrs, dtypes, ndims, shapes = self._describe_group(srcs)
         handle = _abi.grouped_allreduce_async(ptrs, [fw.address(o) for o in outs], dtypes, ndims, shapes, op,
                                               float(prescale_factor), float(postscale_factor),
-                                              set_id(process_set), name)
+                                              set_id(process_set), name, priority)
         if in_place:
             return track(handle, (xs, srcs), lambda: [fw.copy_back(x, s) for x, s in zip(xs, srcs)])
         return track(handle, (xs, srcs, outs), lambda: list(outs))
 
     def grouped_allreduce_async(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                                postscale_factor=1.0, process_set=global_process_set):
+                                postscale_factor=1.0, process_set=global_process_set, priority=0):
         op = handle_average_backwards_compatibility(op, average)
         return self._grouped_allreduce_async(tensors, False, name, op, prescale_factor, postscale_factor,
-                                             process_set)
+                                             process_set, priority)
 
     def grouped_allreduce_async_(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                                 postscale_factor=1.0, process_set=global_process_set):
+                                 postscale_factor=1.0, process_set=global_process_set, priority=0):
         op = handle_average_backwards_compatibility(op, average)
         return self._grouped_allreduce_async(tensors, True, name, op, prescale_factor, postscale_factor,
-                                             process_set)
+                                             process_set, priority)
 
     def grouped_allreduce(self, tensors, average, name, compression, op, prescale_factor, postscale_factor,
-                          process_set):
+                          process_set, priority=0):
         pairs = [compression.compress(x) for x in self._group(tensors)]
         outs = synchronize(self.grouped_allreduce_async([p[0] for p in pairs], average, name, op, prescale_factor,
-                                                        postscale_factor, process_set))
+                                                        postscale_factor, process_set, priority))
         return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
     def grouped_allreduce_(self, tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                           postscale_factor=1.0, process_set=global_process_set):
+                           postscale_factor=1.0, process_set=global_process_set, priority=0):
         return synchronize(self.grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                         postscale_factor, process_set))
+                                                         postscale_factor, process_set, priority))
 
     # ---------------------------------------------------------- allgather
 
-    def allgather_async(self, tensor, name=None, process_set=global_process_set):
+    def allgather_async(self, tensor, name=None, process_set=global_process_set, priority=0):
         x = self.fw.input(tensor, 'tensor')
+        priority = check_priority(priority)
         src = self.fw.contiguous(x)
         ptr, dt, shape = self._describe(src)
-        handle = _abi.allgather_async(ptr, dt, shape, set_id(process_set), name)
+        handle = _abi.allgather_async(ptr, dt, shape, set_id(process_set), name, priority)
         return track(handle, (x, src), lambda: self._output(handle, 0, x))
 
-    def allgather(self, tensor, name=None, process_set=global_process_set):
-        return synchronize(self.allgather_async(tensor, name, process_set))
+    def allgather(self, tensor, name=None, process_set=global_process_set, priority=0):
+        return synchronize(self.allgather_async(tensor, name, process_set, priority))
 
-    def grouped_allgather_async(self, tensors, name=None, process_set=global_process_set):
+    def grouped_allgather_async(self, tensors, name=None, process_set=global_process_set, priority=0):
         xs = self._group(tensors)
+        priority = check_priority(priority)
         srcs = [self.fw.contiguous(x) for x in xs]
         ptrs, dtypes, ndims, shapes = self._describe_group(srcs)
-        handle = _abi.grouped_allgather_async(ptrs, dtypes, ndims, shapes, set_id(process_set), name)
+        handle = _abi.grouped_allgather_async(ptrs, dtypes, ndims, shapes, set_id(process_set), name, priority)
         return track(handle, (xs, srcs), lambda: [self._output(handle, i, x) for i, x in enumerate(xs)])
 
-    def grouped_allgather(self, tensors, name=None, process_set=global_process_set):
-        return synchronize(self.grouped_allgather_async(tensors, name, process_set))
+    def grouped_allgather(self, tensors, name=None, process_set=global_process_set, priority=0):
+        return synchronize(self.grouped_allgather_async(tensors, name, process_set, priority))
 
     # ---------------------------------------------------------- broadcast
 
-    def _broadcast_async(self, tensor, root_rank, name, process_set, in_place):
+    def _broadcast_async(self, tensor, root_rank, name, process_set, in_place, priority=0):
         fw = self.fw
         if in_place:
             x = fw.inplace(tensor, 'tensor')
@@ -294,76 +337,81 @@ class Collectives:
             x = fw.input(tensor, 'tensor')
             buf = fw.clone(x)
         root = fw.root_rank(root_rank)
+        priority = check_priority(priority)
         ptr, dt, shape = self._describe(buf)
-        handle = _abi.broadcast_async(ptr, dt, shape, root, set_id(process_set), name)
+        handle = _abi.broadcast_async(ptr, dt, shape, root, set_id(process_set), name, priority)
         if in_place:
             return track(handle, (x, buf), lambda: fw.copy_back(x, buf))
         return track(handle, (x, buf), lambda: buf)
 
-    def broadcast_async(self, tensor, root_rank, name=None, process_set=global_process_set):
-        return self._broadcast_async(tensor, root_rank, name, process_set, False)
+    def broadcast_async(self, tensor, root_rank, name=None, process_set=global_process_set, priority=0):
+        return self._broadcast_async(tensor, root_rank, name, process_set, False, priority)
 
-    def broadcast_async_(self, tensor, root_rank, name=None, process_set=global_process_set):
-        return self._broadcast_async(tensor, root_rank, name, process_set, True)
+    def broadcast_async_(self, tensor, root_rank, name=None, process_set=global_process_set, priority=0):
+        return self._broadcast_async(tensor, root_rank, name, process_set, True, priority)
 
-    def broadcast(self, tensor, root_rank, name=None, process_set=global_process_set):
-        return synchronize(self.broadcast_async(tensor, root_rank, name, process_set))
+    def broadcast(self, tensor, root_rank, name=None, process_set=global_process_set, priority=0):
+        return synchronize(self.broadcast_async(tensor, root_rank, name, process_set, priority))
 
-    def broadcast_(self, tensor, root_rank, name=None, process_set=global_process_set):
-        return synchronize(self.broadcast_async_(tensor, root_rank, name, process_set))
+    def broadcast_(self, tensor, root_rank, name=None, process_set=global_process_set, priority=0):
+        return synchronize(self.broadcast_async_(tensor, root_rank, name, process_set, priority))
 
     # ----------------------------------------------------------- alltoall
 
-    def alltoall_async(self, tensor, splits=None, name=None, process_set=global_process_set):
+    def alltoall_async(self, tensor, splits=None, name=None, process_set=global_process_set, priority=0):
         fw = self.fw
         x = fw.input(tensor, 'tensor')
         splits = fw.splits(splits)
+        priority = check_priority(priority)
         src = fw.contiguous(x)
         ptr, dt, shape = self._describe(src)
-        handle = _abi.alltoall_async(ptr, dt, shape, splits, set_id(process_set), name)
+        handle = _abi.alltoall_async(ptr, dt, shape, splits, set_id(process_set), name, priority)
 
         def result():
             return self._output(handle, 0, x), fw.int32_vector(_abi.handle_received_splits(handle))
 
         return track(handle, (x, src), result)
 
-    def alltoall(self, tensor, splits=None, name=None, process_set=global_process_set):
-        output, received = synchronize(self.alltoall_async(tensor, splits, name, process_set))
+    def alltoall(self, tensor, splits=None, name=None, process_set=global_process_set, priority=0):
+        output, received = synchronize(self.alltoall_async(tensor, splits, name, process_set, priority))
         return output if splits is None else (output, received)
 
     # ------------------------------------------------------ reducescatter
 
     def reducescatter_async(self, tensor, name=None, op=None, process_set=global_process_set, prescale_factor=1.0,
-                            postscale_factor=1.0):
+                            postscale_factor=1.0, priority=0):
         x = self.fw.input(tensor, 'tensor')
         check_scatter_op(op)
+        priority = check_priority(priority)
         src = self.fw.contiguous(x)
         ptr, dt, shape = self._describe(src)
         handle = _abi.reducescatter_async(ptr, dt, shape, op, float(prescale_factor), float(postscale_factor),
-                                          set_id(process_set), name)
+                                          set_id(process_set), name, priority)
         return track(handle, (x, src), lambda: self._output(handle, 0, x))
 
-    def reducescatter(self, tensor, name, compression, op, process_set, prescale_factor, postscale_factor):
+    def reducescatter(self, tensor, name, compression, op, process_set, prescale_factor, postscale_factor,
+                      priority=0):
         compressed, ctx = compression.compress(self.fw.input(tensor, 'tensor'))
         out = synchronize(self.reducescatter_async(compressed, name, op, process_set, prescale_factor,
-                                                   postscale_factor))
+                                                   postscale_factor, priority))
         return compression.decompress(out, ctx)
 
     def grouped_reducescatter_async(self, tensors, name=None, op=None, process_set=global_process_set,
-                                    prescale_factor=1.0, postscale_factor=1.0):
+                                    prescale_factor=1.0, postscale_factor=1.0, priority=0):
         xs = self._group(tensors)
         check_scatter_op(op)
+        priority = check_priority(priority)
         srcs = [self.fw.contiguous(x) for x in xs]
         ptrs, dtypes, ndims, shapes = self._describe_group(srcs)
         handle = _abi.grouped_reducescatter_async(ptrs, dtypes, ndims, shapes, op, float(prescale_factor),
-                                                  float(postscale_factor), set_id(process_set), name)
+                                                  float(postscale_factor), set_id(process_set), name, priority)
         return track(handle, (xs, srcs), lambda: [self._output(handle, i, x) for i, x in enumerate(xs)])
 
     def grouped_reducescatter(self, tensors, name, compression, op, process_set, prescale_factor,
-                              postscale_factor):
+                              postscale_factor, priority=0):
         pairs = [compression.compress(x) for x in self._group(tensors)]
         outs = synchronize(self.grouped_reducescatter_async([p[0] for p in pairs], name, op, process_set,
-                                                            prescale_factor, postscale_factor))
+                                                            prescale_factor, postscale_factor, priority))
         return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
     # ----------------------------------------------------- point-to-point

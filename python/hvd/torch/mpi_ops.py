@@ -39,107 +39,116 @@ _basics = _HorovodBasics()
 # ---------------------------------------------------------------- allreduce
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=global_process_set):
+                    process_set=global_process_set, priority=0):
     """Asynchronously averages (or reduces with op) the tensor over the
     process set; returns a handle for poll() and synchronize(), whose result
-    is a new tensor (the input is not modified)."""
-    return _c.allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    is a new tensor (the input is not modified). priority (hvd's addition,
+    every collective takes it): among the tensors ready at the same time,
+    higher priorities are negotiated, fused and executed first; 0 keeps
+    Horovod's order."""
+    return _c.allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority)
 
 
 class HorovodAllreduce(torch.autograd.Function):
     """An autograd function that performs allreduce on a tensor."""
 
     @staticmethod
-    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority=0):
         ctx.average = average
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        handle = allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
-        return synchronize(handle)
+        ctx.priority = priority
+        # One library call: the calling thread runs the round when it can.
+        return _c.allreduce_sync(tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority)
 
     @staticmethod
     def backward(ctx, grad_output):
         return allreduce(grad_output, average=ctx.average, op=ctx.op, prescale_factor=ctx.prescale_factor,
-                         postscale_factor=ctx.postscale_factor,
-                         process_set=ctx.process_set), None, None, None, None, None, None
+                         postscale_factor=ctx.postscale_factor, process_set=ctx.process_set,
+                         priority=ctx.priority), None, None, None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
+              postscale_factor=1.0, process_set=global_process_set, priority=0):
     """Averages (or reduces with op) the tensor over the process set and
     returns the result as a new tensor; differentiable (the gradient is the
     allreduce of the gradient with the same op)."""
     tensor_compressed, ctx = compression.compress(tensor)
     summed_tensor_compressed = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor,
-                                                      postscale_factor, process_set)
+                                                      postscale_factor, process_set, priority)
     return compression.decompress(summed_tensor_compressed, ctx)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=global_process_set):
+                     process_set=global_process_set, priority=0):
     """In-place allreduce_async: the result is written into tensor."""
-    return _c.allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=global_process_set):
+               process_set=global_process_set, priority=0):
     """In-place allreduce; returns tensor."""
-    return _c.allreduce_(tensor, average, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.allreduce_(tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority)
 
 
 # -------------------------------------------------------- grouped allreduce
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                            process_set=global_process_set):
+                            process_set=global_process_set, priority=0):
     """Asynchronously allreduces a list of tensors as one group (negotiated
     together, fused when they fit); synchronize returns a list."""
-    return _c.grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor, process_set,
+                                      priority)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
     """An autograd function that performs allreduce on a list of tensors."""
 
     @staticmethod
-    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, priority, *tensors):
         ctx.average = average
         ctx.op = op
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
+        ctx.priority = priority
         handle = grouped_allreduce_async(list(tensors), average, name, op, prescale_factor, postscale_factor,
-                                         process_set)
+                                         process_set, priority)
         return tuple(synchronize(handle))
 
     @staticmethod
     def backward(ctx, *grad_output):
         grad_reduced = grouped_allreduce(list(grad_output), average=ctx.average, op=ctx.op,
                                          prescale_factor=ctx.prescale_factor,
-                                         postscale_factor=ctx.postscale_factor, process_set=ctx.process_set)
-        return (None, None, None, None, None, None, *grad_reduced)
+                                         postscale_factor=ctx.postscale_factor, process_set=ctx.process_set,
+                                         priority=ctx.priority)
+        return (None, None, None, None, None, None, None, *grad_reduced)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set, priority=0):
     """Allreduces a list of tensors as one group; returns a list of new
     tensors; differentiable."""
     tensors_compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
     summed = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
-                                           *tensors_compressed)
+                                           priority, *tensors_compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(summed, ctxs)]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                             process_set=global_process_set):
+                             process_set=global_process_set, priority=0):
     """In-place grouped_allreduce_async."""
-    return _c.grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor, process_set,
+                                       priority)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=global_process_set):
+                       process_set=global_process_set, priority=0):
     """In-place grouped allreduce; returns the tensors."""
-    return _c.grouped_allreduce_(tensors, average, name, op, prescale_factor, postscale_factor, process_set)
+    return _c.grouped_allreduce_(tensors, average, name, op, prescale_factor, postscale_factor, process_set,
+                                 priority)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
@@ -166,20 +175,20 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 # ---------------------------------------------------------------- allgather
 
-def allgather_async(tensor, name=None, process_set=global_process_set):
+def allgather_async(tensor, name=None, process_set=global_process_set, priority=0):
     """Asynchronously concatenates the tensor of every member of the set
     along dimension 0 (which may differ per rank)."""
-    return _c.allgather_async(tensor, name, process_set)
+    return _c.allgather_async(tensor, name, process_set, priority)
 
 
 class HorovodAllgather(torch.autograd.Function):
     """An autograd function that performs allgather on a tensor."""
 
     @staticmethod
-    def forward(ctx, tensor, name, process_set):
+    def forward(ctx, tensor, name, process_set, priority=0):
         ctx.dim = tensor.shape[0] if tensor.dim() > 0 else 0  # 0-dim: allgather_async raises
         ctx.process_set = process_set
-        handle = allgather_async(tensor, name, process_set)
+        handle = allgather_async(tensor, name, process_set, priority)
         return synchronize(handle)
 
     @staticmethod
@@ -189,28 +198,28 @@ class HorovodAllgather(torch.autograd.Function):
         dim = allgather(dim_t, process_set=ctx.process_set).view(ctx.process_set.size())
         r = ctx.process_set.rank()
         offset = torch.sum(dim.narrow(0, 0, r)).item() if r != 0 else 0
-        return grad_reduced.narrow(0, offset, ctx.dim), None, None
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None, None
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
+def allgather(tensor, name=None, process_set=global_process_set, priority=0):
     """Concatenates the tensor of every member along dimension 0; returns a
     new tensor; differentiable."""
-    return HorovodAllgather.apply(tensor, name, process_set)
+    return HorovodAllgather.apply(tensor, name, process_set, priority)
 
 
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set, priority=0):
     """Asynchronously allgathers a list of tensors as one group."""
-    return _c.grouped_allgather_async(tensors, name, process_set)
+    return _c.grouped_allgather_async(tensors, name, process_set, priority)
 
 
 class HorovodGroupedAllgather(torch.autograd.Function):
     """An autograd function that performs allgather on a list of tensors."""
 
     @staticmethod
-    def forward(ctx, name, process_set, *tensors):
+    def forward(ctx, name, process_set, priority, *tensors):
         ctx.dims = [t.shape[0] for t in tensors]
         ctx.process_set = process_set
-        handle = grouped_allgather_async(list(tensors), name, process_set)
+        handle = grouped_allgather_async(list(tensors), name, process_set, priority)
         return tuple(synchronize(handle))
 
     @staticmethod
@@ -223,31 +232,31 @@ class HorovodGroupedAllgather(torch.autograd.Function):
         for i, g in enumerate(grad_reduced):
             offset = int(dims[:r, i].sum().item()) if r != 0 else 0
             grads.append(g.narrow(0, offset, ctx.dims[i]))
-        return (None, None, *grads)
+        return (None, None, None, *grads)
 
 
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
+def grouped_allgather(tensors, name=None, process_set=global_process_set, priority=0):
     """Allgathers a list of tensors as one group; returns a list;
     differentiable."""
-    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+    return list(HorovodGroupedAllgather.apply(name, process_set, priority, *tensors))
 
 
 # ---------------------------------------------------------------- broadcast
 
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set, priority=0):
     """Asynchronously broadcasts root_rank's tensor (root_rank is a global
     rank, a member of the set); the result is a new tensor."""
-    return _c.broadcast_async(tensor, root_rank, name, process_set)
+    return _c.broadcast_async(tensor, root_rank, name, process_set, priority)
 
 
 class HorovodBroadcast(torch.autograd.Function):
     """An autograd function that broadcasts a tensor."""
 
     @staticmethod
-    def forward(ctx, tensor, root_rank, name, process_set):
+    def forward(ctx, tensor, root_rank, name, process_set, priority=0):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        handle = broadcast_async(tensor, root_rank, name, process_set)
+        handle = broadcast_async(tensor, root_rank, name, process_set, priority)
         return synchronize(handle)
 
     @staticmethod
@@ -255,39 +264,39 @@ class HorovodBroadcast(torch.autograd.Function):
         grad_reduced = allreduce(grad_output, op=Average, process_set=ctx.process_set)
         if rank() != ctx.root_rank:
             grad_reduced = grad_reduced * 0
-        return grad_reduced, None, None, None
+        return grad_reduced, None, None, None, None
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set, priority=0):
     """Returns root_rank's tensor on every member; differentiable."""
-    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set, priority)
 
 
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set, priority=0):
     """In-place broadcast_async."""
-    return _c.broadcast_async_(tensor, root_rank, name, process_set)
+    return _c.broadcast_async_(tensor, root_rank, name, process_set, priority)
 
 
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set, priority=0):
     """In-place broadcast; returns tensor."""
-    return _c.broadcast_(tensor, root_rank, name, process_set)
+    return _c.broadcast_(tensor, root_rank, name, process_set, priority)
 
 
 # ----------------------------------------------------------------- alltoall
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set, priority=0):
     """Asynchronously sends splits[i] rows of tensor (dimension 0, in order)
     to the i-th member of the set; without splits dimension 0 is divided
     evenly. synchronize returns (output, received_splits)."""
-    return _c.alltoall_async(tensor, splits, name, process_set)
+    return _c.alltoall_async(tensor, splits, name, process_set, priority)
 
 
 class HorovodAlltoall(torch.autograd.Function):
     """An autograd function that performs alltoall on a tensor."""
 
     @staticmethod
-    def forward(ctx, tensor, splits, name, process_set):
-        handle = alltoall_async(tensor, splits, name, process_set)
+    def forward(ctx, tensor, splits, name, process_set, priority=0):
+        handle = alltoall_async(tensor, splits, name, process_set, priority)
         output, received_splits = synchronize(handle)
         ctx.process_set = process_set
         ctx.recvsplits = received_splits
@@ -299,34 +308,34 @@ class HorovodAlltoall(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output, *dead_gradients):
         grad_wrt_tensor, _ = alltoall(grad_output, splits=ctx.recvsplits, process_set=ctx.process_set)
-        return grad_wrt_tensor, None, None, None
+        return grad_wrt_tensor, None, None, None, None
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set, priority=0):
     """Alltoall; returns the output, or (output, received_splits) when
     splits is given; differentiable."""
-    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+    return HorovodAlltoall.apply(tensor, splits, name, process_set, priority)
 
 
 # ------------------------------------------------------------ reducescatter
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0):
+                        postscale_factor=1.0, priority=0):
     """Asynchronously reduces the tensor over the set and scatters the rows:
     rank r gets d0//n + 1 rows if r < d0 % n, else d0//n."""
-    return _c.reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor)
+    return _c.reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor, priority)
 
 
 class HorovodReducescatter(torch.autograd.Function):
     """An autograd function that performs reducescatter on a tensor."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor, priority=0):
         ctx.op = op
         ctx.process_set = process_set
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
-        handle = reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor)
+        handle = reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor, priority)
         return synchronize(handle)
 
     @staticmethod
@@ -337,35 +346,37 @@ class HorovodReducescatter(torch.autograd.Function):
             grad_output = grad_output * ctx.prescale_factor
         if ctx.postscale_factor != 1.0:
             grad_output = grad_output * ctx.postscale_factor
-        return allgather(grad_output, process_set=ctx.process_set), None, None, None, None, None
+        return allgather(grad_output, process_set=ctx.process_set), None, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
+                  prescale_factor=1.0, postscale_factor=1.0, priority=0):
     """Reducescatter; returns this rank's rows of the reduction;
     differentiable."""
     tensor_compressed, ctx = compression.compress(tensor)
-    out = HorovodReducescatter.apply(tensor_compressed, name, op, process_set, prescale_factor, postscale_factor)
+    out = HorovodReducescatter.apply(tensor_compressed, name, op, process_set, prescale_factor, postscale_factor,
+                                     priority)
     return compression.decompress(out, ctx)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
+                                prescale_factor=1.0, postscale_factor=1.0, priority=0):
     """Asynchronously reducescatters a list of tensors as one group."""
-    return _c.grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor, postscale_factor)
+    return _c.grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor, postscale_factor,
+                                          priority)
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
     """An autograd function that performs reducescatter on a list of tensors."""
 
     @staticmethod
-    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, priority, *tensors):
         ctx.op = op
         ctx.process_set = process_set
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         handle = grouped_reducescatter_async(list(tensors), name, op, process_set, prescale_factor,
-                                             postscale_factor)
+                                             postscale_factor, priority)
         return tuple(synchronize(handle))
 
     @staticmethod
@@ -375,13 +386,13 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
             scale *= ctx.process_set.size()
         scale *= ctx.prescale_factor * ctx.postscale_factor
         grads = [g * scale if scale != 1.0 else g for g in grad_output]
-        return (None, None, None, None, None, *grouped_allgather(grads, process_set=ctx.process_set))
+        return (None, None, None, None, None, None, *grouped_allgather(grads, process_set=ctx.process_set))
 
 
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
-                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+                          process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0, priority=0):
     """Reducescatters a list of tensors as one group; differentiable."""
     tensors_compressed, ctxs = zip(*[compression.compress(t) for t in tensors]) if tensors else ((), ())
-    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor, priority,
                                              *tensors_compressed)
     return [compression.decompress(t, ctx) for t, ctx in zip(outs, ctxs)]

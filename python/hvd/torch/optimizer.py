@@ -5,6 +5,7 @@ from contextlib import contextmanager
 
 import torch
 
+from hvd.common.collectives import check_priority
 from hvd.common.ops import check_adasum
 from hvd.common.process_sets import global_process_set, set_id
 from hvd.torch.compression import Compression
@@ -50,6 +51,35 @@ def _named_parameters(param_groups, named_parameters):
     return named_parameters
 
 
+def _priorities(param_groups, named_parameters, priorities):
+    """The priority of every parameter's allreduce (DistributedOptimizer's
+    priorities=): None, all 0 (Horovod's order); 'layer_order', the order
+    in which the optimizer lists the parameters — the order of the model's
+    layers for model.parameters() — first highest, so that among the
+    gradients ready together the layers the next forward pass needs first
+    are reduced first; a dict from parameter name (or the parameter itself)
+    to int, missing ones 0; or a callable (name, parameter) -> int."""
+    params = [v for group in param_groups for v in group['params']]
+    if priorities is None:
+        return {}
+    names = {id(v): k for k, v in named_parameters}
+    if isinstance(priorities, str):
+        if priorities != 'layer_order':
+            raise ValueError("priorities must be None, 'layer_order', a dict or a callable, not %r" % (priorities,))
+        return {p: len(params) - i for i, p in enumerate(params)}
+    out = {}
+    for p in params:
+        name = names.get(id(p))
+        if isinstance(priorities, dict):
+            v = priorities.get(name, priorities.get(p, 0)) if name is not None else priorities.get(p, 0)
+        elif callable(priorities):
+            v = priorities(name, p)
+        else:
+            raise ValueError("priorities must be None, 'layer_order', a dict or a callable, not %r" % (priorities,))
+        out[p] = check_priority(v)
+    return out
+
+
 def _count_pass(handles, delay, p):
     """A gradient hook's bookkeeping, as Horovod's: AssertionError when p's
     gradient was computed more than backward_passes_per_step times before
@@ -70,11 +100,12 @@ def _count_pass(handles, delay, p):
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set):
+                 process_set=global_process_set, priorities=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
 
         named_parameters = _named_parameters(self.param_groups, named_parameters)
+        self._priority = _priorities(self.param_groups, named_parameters, priorities)
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: self.backward_passes_per_step for _, v in named_parameters}
@@ -203,7 +234,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         tensor_compressed, ctx = self._compression.compress(tensor)
         prescale_factor, postscale_factor = self._scales()
         handle = allreduce_async_(tensor_compressed, name=name, op=self.op, prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, process_set=self.process_set)
+                                  postscale_factor=postscale_factor, process_set=self.process_set,
+                                  priority=self._priority.get(p, 0))
         return handle, (ctx, tensor_compressed)
 
     def _grouped_allreduce_grad_async(self, ps):
@@ -220,7 +252,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         prescale_factor, postscale_factor = self._scales()
         handle = grouped_allreduce_async_(tensors_compressed, name=name, op=self.op,
                                           prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-                                          process_set=self.process_set)
+                                          process_set=self.process_set,
+                                          priority=max(self._priority.get(p, 0) for p in ps))
         return handle, ctxs
 
     def _sparse_allreduce_grad_async(self, p, name):
@@ -458,7 +491,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set):
+                         sparse_as_dense=False, process_set=global_process_set, priorities=None):
     """Wraps a torch optimizer so that step() averages gradients over the
     process set first (allreduces launched from backward hooks as gradients
     become ready, overlapping the backward pass).
@@ -472,7 +505,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     gradient_predivide_factor: divide before the sum, multiply after (Average only);
     groups: an int k (parameters split into k grouped allreduces) or a list of lists of parameters;
     sparse_as_dense: allreduce sparse gradients as dense tensors;
-    process_set: reduce over this set only (non-members: synchronize is a no-op).
+    process_set: reduce over this set only (non-members: synchronize is a no-op);
+    priorities (hvd's addition, off by default): None; 'layer_order' — among the gradients ready
+        at the same time, the parameters the optimizer lists first (the first layers, which the
+        next forward pass needs first) are negotiated, fused and reduced first; a dict from
+        parameter name to int; or a callable (name, parameter) -> int. Higher goes first.
     """
     if gradient_predivide_factor != 1.0:
         if rocm_built():
@@ -497,4 +534,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense, process_set)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set, priorities)
