@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"syscall"
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
@@ -50,7 +51,7 @@ func runEngine(args []string, stdout io.Writer) error {
 	if w.Rank() == 0 {
 		out = stdout
 		fmt.Fprintf(out, "# hvdbench engine  np=%d  fusion threshold=%s  dynamic sets=%d\n", w.Size(), envOr("HOROVOD_FUSION_THRESHOLD", "134217728"), *dyn)
-		fmt.Fprintf(out, "# %-34s %12s %12s %12s\n", "row", "time (us)", "min", "max")
+		fmt.Fprintf(out, "# %-34s %12s %12s %12s %10s %8s %8s\n", "row", "time (us)", "min", "max", "cpu us/op", "csw/op", "caller")
 	}
 	measure := func(name string, k int, f func() error) (Row, error) {
 		for i := 0; i < 3; i++ {
@@ -59,6 +60,7 @@ func runEngine(args []string, stdout io.Writer) error {
 			}
 		}
 		times := make([]float64, *samples)
+		ru0, st0 := rusage(), g.Stats()
 		for s := range times {
 			if err := raw.Barrier(); err != nil {
 				return Row{}, err
@@ -71,13 +73,19 @@ func runEngine(args []string, stdout io.Writer) error {
 			}
 			times[s] = float64(time.Since(t0).Nanoseconds()) / 1e3 / float64(k)
 		}
+		ru1, st1 := rusage(), g.Stats()
 		if err := raw.Allreduce(sdk.TensorOf(times).Data, backends.Float64, backends.Max); err != nil {
 			return Row{}, err
 		}
 		slices.Sort(times)
+		nops := float64(k * *samples)
 		r := Row{Op: name, TimeUS: times[len(times)/2], TimeMin: times[0], TimeMax: times[len(times)-1],
-			System: "hvd-engine", NP: w.Size(), DType: "float32", Iters: k, Samples: *samples, Backend: "tcp"}
-		fmt.Fprintf(out, "  %-34s %12.2f %12.2f %12.2f\n", name, r.TimeUS, r.TimeMin, r.TimeMax)
+			System: "hvd-engine", NP: w.Size(), DType: "float32", Iters: k, Samples: *samples, Backend: envOr("HOROVOD_CPU_OPERATIONS", "default"),
+			CPUUS: (ru1.cpu - ru0.cpu) / nops, CtxSwitches: float64(ru1.csw-ru0.csw) / nops}
+		if rounds := st1.Rounds - st0.Rounds; rounds > 0 {
+			r.CallerShare = float64(st1.CallerRounds-st0.CallerRounds) / float64(rounds)
+		}
+		fmt.Fprintf(out, "  %-34s %12.2f %12.2f %12.2f %10.2f %8.2f %8.2f\n", name, r.TimeUS, r.TimeMin, r.TimeMax, r.CPUUS, r.CtxSwitches, r.CallerShare)
 		return r, nil
 	}
 	var rows []Row
@@ -130,4 +138,19 @@ func runEngine(args []string, stdout io.Writer) error {
 		return writeJSON(*jsonPath, rows)
 	}
 	return nil
+}
+
+type usage struct {
+	cpu float64 // µs of user+system time
+	csw int64   // voluntary+involuntary context switches
+}
+
+// rusage is this process's resource usage so far (every thread).
+func rusage() usage {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return usage{}
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec)*1e6 + float64(t.Usec) }
+	return usage{cpu: tv(ru.Utime) + tv(ru.Stime), csw: ru.Nvcsw + ru.Nivcsw}
 }

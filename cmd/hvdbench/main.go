@@ -49,6 +49,13 @@ type Row struct {
 	TimeMax  float64 `json:"time_us_max"`
 	Backend  string  `json:"backend"`
 	Hostname string  `json:"hostname,omitempty"`
+	// Per op, this process (engine rows): CPU time (user+system) and
+	// context switches (voluntary+involuntary) — robust against other
+	// load, unlike the wall time — and the share of rounds a waiting
+	// caller ran itself.
+	CPUUS       float64 `json:"cpu_us,omitempty"`
+	CtxSwitches float64 `json:"ctx_switches,omitempty"`
+	CallerShare float64 `json:"caller_rounds_share,omitempty"`
 }
 
 var ops = []string{"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "sendrecv"}
