@@ -5,7 +5,7 @@ BIN     := bin
 NP      ?= 3
 PYNP    ?= 2
 
-.PHONY: all build run run-go run-split python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
+.PHONY: build-mpi python-mpi test-mpi all build run run-go run-split python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
@@ -84,6 +84,23 @@ generate:
 
 check-generated:
 	$(GO) run ./codegen/abi/genabi -check
+
+# The MPI build (docs/mpi.md): Go binaries in bin/mpi and libhvd.so in
+# build/python-mpi linked against the system Open MPI (libopenmpi-dev), with
+# the MPI data plane (backends/mpi, HVD_BACKEND=mpi). The default build
+# needs no MPI and starts under mpirun too (through mpi4py).
+build-mpi:
+	$(GO) build -tags mpi -o $(BIN)/mpi/ $$($(GO) list ./cmd/... ./examples/... | grep -v /cmd/libhvd)
+
+python-mpi: $(PY_SRC)
+	mkdir -p build/python-mpi/hvd
+	cp -r python/hvd build/python-mpi/
+	find build/python-mpi/hvd -name __pycache__ -prune -exec rm -rf {} +
+	$(GO) build -tags mpi -buildmode=c-shared -o build/python-mpi/hvd/libhvd.so ./cmd/libhvd
+
+# The MPI data plane's conformance suite under real mpirun (np 2 and 3).
+test-mpi:
+	$(GO) test -count=1 -tags mpi -run 'MPI|Mpirun' ./backends/mpi ./sdk/rendezvous
 
 # The test suite (unit, in-process conformance, multi-process end to end).
 test:

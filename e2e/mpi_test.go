@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -144,6 +145,97 @@ func TestMPIWithoutMPI4py(t *testing.T) {
 	for _, want := range []string{"python3-mpi4py", "make python-mpi", "MASTER_ADDR", "hvdrun --mpi"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the error does not say %q:\n%s", want, tail(out, 20))
+		}
+	}
+}
+
+var (
+	mpiPyOnce sync.Once
+	mpiPyDir  string
+	mpiPyErr  error
+)
+
+// mpiPythonPackage is the hvd package with the MPI build of libhvd.so
+// (go build -tags mpi: cgo against Open MPI, found with pkg-config ompi-c).
+func mpiPythonPackage(t *testing.T) string {
+	t.Helper()
+	if err := exec.Command("pkg-config", "--exists", "ompi-c").Run(); err != nil {
+		t.Skip("no Open MPI development files (pkg-config ompi-c: apt-get install libopenmpi-dev; .ci/setup.d/10-mpi.sh)")
+	}
+	mpiPyOnce.Do(func() {
+		dir := filepath.Join(binDir, "python-mpi")
+		if mpiPyErr = os.CopyFS(filepath.Join(dir, "hvd"), os.DirFS("../python/hvd")); mpiPyErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-tags", "mpi", "-buildmode=c-shared", "-o", filepath.Join(dir, "hvd", "libhvd.so"), "../cmd/libhvd")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			mpiPyErr = fmt.Errorf("building the MPI libhvd.so: %v\n%s", err, out)
+			return
+		}
+		mpiPyDir = dir
+	})
+	if mpiPyErr != nil {
+		t.Fatal(mpiPyErr)
+	}
+	return mpiPyDir
+}
+
+// TestMPIBuildPythonTorch: the same suite with the MPI build of libhvd.so
+// and HVD_BACKEND=mpi: every set's collectives run on backends/mpi (the
+// timeline of the last test names MPI_ALLREDUCE), mpi_built/mpi_enabled/
+// mpi_threads_supported say so.
+func TestMPIBuildPythonTorch(t *testing.T) {
+	pythonPackage(t) // torch, numpy, pytest
+	needMPI(t)
+	pkg := mpiPythonPackage(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			tl := filepath.Join(t.TempDir(), "timeline.json")
+			args := append([]string{python}, pytestArgs...)
+			env := pyEnv(pkg, "HVD_TEST_NO_INIT=1", "HVD_TEST_MPI_BUILD=1", "HVD_BACKEND=mpi", "HOROVOD_TIMELINE="+tl)
+			out, code := mpirun(t, 2*time.Minute, np, env, append(args, "--color=no", "../python/tests/test_mpi.py")...)
+			checkMPIPytest(t, out, code, np)
+			b, err := os.ReadFile(tl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(b), `"MPI_ALLREDUCE"`) || strings.Contains(string(b), `"SHM_ALLREDUCE"`) {
+				t.Fatalf("the timeline does not show the allreduce on MPI:\n%s", tail(string(b), 20))
+			}
+		})
+	}
+}
+
+// TestMPIBuildBootstrapWithoutMPI4py: the MPI build finds rank 0's store
+// through MPI itself (MPI_Allgather of host names, MPI_Bcast of the
+// address) when mpi4py is not there; the job then runs on the default
+// data plane (shm on one host).
+func TestMPIBuildBootstrapWithoutMPI4py(t *testing.T) {
+	pythonPackage(t)
+	needMPI(t)
+	pkg := mpiPythonPackage(t)
+	hide := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(hide, "mpi4py"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(hide, "mpi4py", "__init__.py"), []byte("raise ImportError('mpi4py hidden by the test')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := "import hvd.torch as hvd, torch, os\n" +
+		"hvd.init()\n" +
+		"s = hvd.allreduce(torch.ones(2) * hvd.rank(), op=hvd.Sum)\n" +
+		"assert hvd.size() == int(os.environ['OMPI_COMM_WORLD_SIZE']) and hvd.rank() == int(os.environ['OMPI_COMM_WORLD_RANK'])\n" +
+		"assert s.tolist() == [float(sum(range(hvd.size())))] * 2, s\n" +
+		"assert hvd.mpi_built() and not hvd.mpi_enabled()\n" +
+		"print('rank', hvd.rank(), 'ok')\n"
+	env := []string{"PYTHONPATH=" + hide + ":" + pkg, "PYTHONDONTWRITEBYTECODE=1"}
+	out, code := mpirun(t, time.Minute, 3, env, python, "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 40))
+	}
+	for r := range 3 {
+		if !strings.Contains(out, fmt.Sprintf("rank %d ok", r)) {
+			t.Errorf("rank %d did not finish:\n%s", r, tail(out, 40))
 		}
 	}
 }

@@ -56,6 +56,9 @@ func parseBackend(s string) (string, error) {
 	if slices.Contains(backends.Choices(), v) {
 		return v, nil
 	}
+	if v == "mpi" {
+		return "", fmt.Errorf("%w: HVD_BACKEND=mpi: this hvd was built without MPI; use the MPI build (make build-mpi, make python-mpi: docs/mpi.md) or want %s", ErrInvalidArgument, orList(backends.Choices()))
+	}
 	return "", fmt.Errorf("%w: HVD_BACKEND=%q: want %s", ErrInvalidArgument, s, orList(backends.Choices()))
 }
 
@@ -126,6 +129,9 @@ func (w *World) setInfo(ranks []int, hosts int, flat bool) backends.SetInfo {
 // flat excludes composite backends (hier's own meshes).
 func (w *World) connect(ctx context.Context, name string, ranks []int, flat bool) (mesh, error) {
 	hosts := w.hostsOf(ranks)
+	if backendChosen != nil {
+		backendChosen(w.backend) // the MPI build's registry rule (mpiboot.go)
+	}
 	cands, err := backends.Candidates(w.setInfo(ranks, len(hosts), flat), w.backend)
 	if err != nil {
 		return mesh{}, err
@@ -200,6 +206,12 @@ func (w *World) dial(ctx context.Context, b backends.Backend, name string, ranks
 			return mesh{}, err
 		}
 		planes = backends.Planes{Data: c, Control: c}
+	case "mpi":
+		c, err := w.mpiComm(ctx, name, ranks) // mpiboot_mpi.go
+		if err != nil {
+			return mesh{}, err
+		}
+		planes = backends.Planes{Data: c} // paired with a host control plane by newComm
 	default:
 		return mesh{}, fmt.Errorf("%w: backend %q is registered but this SDK cannot build it", backends.ErrUnsupported, b.Name)
 	}

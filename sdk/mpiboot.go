@@ -15,6 +15,10 @@ import "fmt"
 // mpiBootstrapper is set by the MPI build; nil in the default build.
 var mpiBootstrapper func(w *World) error
 
+// backendChosen is told the HVD_BACKEND choice (the MPI build passes it to
+// backends/mpi's registry rule); nil in the default build.
+var backendChosen func(name string)
+
 // mpiBuilt reports whether this binary was built with MPI (-tags mpi).
 func mpiBuilt() bool { return mpiBootstrapper != nil }
 

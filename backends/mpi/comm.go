@@ -139,6 +139,26 @@ func BcastWorld(buf []byte, root int) error {
 	return nil
 }
 
+// AllgatherWorld gathers every process's send (the same length on all) in
+// MPI_COMM_WORLD rank order.
+func AllgatherWorld(send []byte) ([]byte, error) {
+	if err := Init(); err != nil {
+		return nil, err
+	}
+	_, n, err := WorldRank()
+	if err != nil {
+		return nil, err
+	}
+	recv := make([]byte, n*len(send))
+	if len(send) == 0 {
+		return recv, nil
+	}
+	if rc := C.hvd_mpi_allgather_world(unsafe.Pointer(&send[0]), C.int(len(send)), unsafe.Pointer(&recv[0])); rc != 0 {
+		return nil, mpiErr("MPI_Allgather", rc)
+	}
+	return recv, nil
+}
+
 func errString(rc C.int) string {
 	var buf [512]C.char
 	C.hvd_mpi_error_string(rc, &buf[0], C.int(len(buf)))

@@ -21,3 +21,4 @@ void hvd_mpi_error_string(int code, char *buf, int len);
 int hvd_mpi_tag_ub(void);
 int hvd_mpi_thread_multiple(void);
 void hvd_mpi_finalize(void);
+int hvd_mpi_allgather_world(const void *send, int n, void *recv);

@@ -167,3 +167,12 @@ void hvd_mpi_error_string(int code, char *buf, int len) {
 	if (MPI_Error_string(code, buf, &n) != MPI_SUCCESS) n = 0;
 	buf[n < len ? n : len - 1] = 0;
 }
+
+int hvd_mpi_allgather_world(const void *send, int n, void *recv) {
+	MPI_Comm w;
+	int rc = hvd_mpi_comm_world(&w);
+	if (rc != MPI_SUCCESS) return rc;
+	rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, w);
+	MPI_Comm_free(&w);
+	return rc;
+}

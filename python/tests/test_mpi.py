@@ -159,10 +159,16 @@ def test_world_from_a_rank_list():
 
 
 def test_capabilities_of_this_build():
+    # Last: with HOROVOD_TIMELINE set, e2e reads which data plane ran this
+    # allreduce (MPI_ALLREDUCE under HVD_BACKEND=mpi in the MPI build).
     hvd.init()
     lib_mpi = os.environ.get('HVD_TEST_MPI_BUILD') == '1'
     assert hvd.mpi_built() is lib_mpi
     assert hvd.mpi_enabled() is (lib_mpi and os.environ.get('HVD_BACKEND') == 'mpi')
-    if not hvd.mpi_enabled():
+    if hvd.mpi_enabled():
+        assert hvd.mpi_threads_supported() is True
+    else:
         with pytest.raises(ValueError):
             hvd.mpi_threads_supported()
+    s = hvd.allreduce(torch.ones(3) * R, op=hvd.Sum, name='capabilities.sum')
+    assert torch.equal(s, torch.ones(3) * sum(range(N)))

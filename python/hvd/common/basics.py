@@ -207,18 +207,33 @@ def stop_timeline():
 
 
 # Capabilities, answered truthfully: hvd's data plane is its own (shared
-# memory and TCP, in Go); it is not MPI, Gloo, NCCL, DDL or oneCCL, and has
-# no GPU support.
+# memory and TCP, in Go), or MPI in the MPI build of libhvd.so (make
+# python-mpi; docs/mpi.md); it is not Gloo, NCCL, DDL or oneCCL, and has no
+# GPU support.
 def mpi_built():
-    return False
+    """Whether libhvd.so is the MPI build (linked against libmpi)."""
+    return mpi.lib_built_with_mpi(loader.loaded() or loader.default_path())
 
 
 def mpi_enabled():
-    return False
+    """Whether the MPI data plane serves this job: the MPI build, under an
+    MPI launch, with HVD_BACKEND=mpi (every set) or auto across hosts (the
+    sets that span hosts: backends/mpi's registry rule)."""
+    if not mpi_built() or not is_initialized():
+        return False
+    under_mpi = _mpi_world[0] is not None or mpi.mpi_launch() > 0
+    choice = os.environ.get('HVD_BACKEND', 'auto').strip().lower() or 'auto'
+    return under_mpi and (choice == 'mpi' or (choice == 'auto' and cross_size() > 1))
 
 
 def mpi_threads_supported():
-    raise ValueError('Horovod MPI is not enabled: hvd does not use MPI.')
+    """Whether MPI runs with MPI_THREAD_MULTIPLE (which the MPI data plane
+    requires); ValueError when MPI is not enabled, as Horovod."""
+    if not mpi_enabled():
+        raise ValueError('Horovod MPI is not enabled: hvd uses its own data plane here (mpi_enabled() is False; '
+                         'the MPI build with HVD_BACKEND=mpi under mpirun enables it, docs/mpi.md).')
+    MPI = mpi.import_mpi('mpi_threads_supported()')
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
 
 
 def gloo_built():

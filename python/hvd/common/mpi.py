@@ -18,6 +18,7 @@ variables) or when the caller passes a communicator.
 import os
 import secrets
 import socket
+import struct
 
 # Variables that give the rendezvous store's address.
 STORE_VARS = ('HOROVOD_GLOO_RENDEZVOUS_ADDR', 'HOROVOD_GLOO_RENDEZVOUS_PORT', 'MASTER_ADDR', 'MASTER_PORT')
@@ -267,3 +268,45 @@ def comm_sets(comms, world):
         gathered = world.allgather(ranks)
         out.extend(sorted(set(tuple(g) for g in gathered if g)))
     return [list(s) for s in out], mine
+
+
+def needed_libraries(path):
+    """The DT_NEEDED entries of the ELF shared library at path (64-bit
+    little-endian), [] when it cannot be read."""
+    try:
+        with open(path, 'rb') as f:
+            data = f.read()
+    except OSError:
+        return []
+    try:
+        if data[:4] != b'\x7fELF' or data[4] != 2 or data[5] != 1:
+            return []
+        shoff, = struct.unpack_from('<Q', data, 0x28)
+        shentsize, shnum = struct.unpack_from('<HH', data, 0x3A)
+        sections = [struct.unpack_from('<IIQQQQIIQQ', data, shoff + i * shentsize) for i in range(shnum)]
+        dynamic = [sh for sh in sections if sh[1] == 6]  # SHT_DYNAMIC
+        if not dynamic:
+            return []
+        dyn = dynamic[0]
+        strtab = sections[dyn[6]]  # sh_link: the string table of its entries
+        out = []
+        for off in range(dyn[4], dyn[4] + dyn[5], 16):
+            tag, val = struct.unpack_from('<qQ', data, off)
+            if tag == 0:
+                break
+            if tag == 1:  # DT_NEEDED
+                start = strtab[4] + val
+                out.append(data[start:data.index(b'\0', start)].decode())
+        return out
+    except (struct.error, IndexError, ValueError):
+        return []
+
+
+_built = {}
+
+
+def lib_built_with_mpi(path):
+    """Whether the libhvd.so at path is the MPI build (it links libmpi)."""
+    if path not in _built:
+        _built[path] = any(n.startswith('libmpi.so') for n in needed_libraries(path))
+    return _built[path]
