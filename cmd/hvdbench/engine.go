@@ -53,6 +53,7 @@ func runEngine(args []string, stdout io.Writer) error {
 		fmt.Fprintf(out, "# hvdbench engine  np=%d  fusion threshold=%s  dynamic sets=%d\n", w.Size(), envOr("HOROVOD_FUSION_THRESHOLD", "134217728"), *dyn)
 		fmt.Fprintf(out, "# %-34s %12s %12s %12s %10s %8s %8s\n", "row", "time (us)", "min", "max", "cpu us/op", "csw/op", "caller")
 	}
+	var profile []Row // rows with the engine's per-op profile, printed at the end
 	measure := func(name string, k int, f func() error) (Row, error) {
 		for i := 0; i < 3; i++ {
 			if err := f(); err != nil {
@@ -85,10 +86,23 @@ func runEngine(args []string, stdout io.Writer) error {
 		if rounds := st1.Rounds - st0.Rounds; rounds > 0 {
 			r.CallerShare = float64(st1.CallerRounds-st0.CallerRounds) / float64(rounds)
 		}
+		us := func(a, b time.Duration) float64 { return float64((b - a).Nanoseconds()) / 1e3 / nops }
+		r.PickupUS, r.StatusUS = us(st0.Pickup, st1.Pickup), us(st0.Status, st1.Status)
+		r.NegotiateUS, r.ExecuteUS = us(st0.Negotiate, st1.Negotiate), us(st0.Execute, st1.Execute)
+		r.RoundsPerOp = float64(st1.Rounds-st0.Rounds) / nops
+		r.NegotiationsPerOp = float64(st1.Negotiations-st0.Negotiations) / nops
+		profile = append(profile, r)
 		fmt.Fprintf(out, "  %-34s %12.2f %12.2f %12.2f %10.2f %8.2f %8.2f\n", name, r.TimeUS, r.TimeMin, r.TimeMax, r.CPUUS, r.CtxSwitches, r.CallerShare)
 		return r, nil
 	}
 	var rows []Row
+	defer func() {
+		fmt.Fprintf(out, "# per op, µs: %-24s %9s %9s %9s %9s %9s %7s %7s\n", "row", "total", "pickup", "status", "negotiate", "execute", "rounds", "negot.")
+		for _, r := range profile {
+			fmt.Fprintf(out, "#   %-34s %9.2f %9.2f %9.2f %9.2f %9.2f %7.2f %7.2f\n", r.Op, r.TimeUS, r.PickupUS, r.StatusUS, r.NegotiateUS, r.ExecuteUS,
+				r.RoundsPerOp, r.NegotiationsPerOp)
+		}
+	}()
 	add := func(r Row, err error) error {
 		if err == nil {
 			rows = append(rows, r)

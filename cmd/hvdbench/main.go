@@ -56,6 +56,16 @@ type Row struct {
 	CPUUS       float64 `json:"cpu_us,omitempty"`
 	CtxSwitches float64 `json:"ctx_switches,omitempty"`
 	CallerShare float64 `json:"caller_rounds_share,omitempty"`
+	// The engine's profile per op (sdk.EngineStats), µs: pickup, status
+	// exchange, negotiation, execution; the rest of the time is the
+	// caller's enqueue and the completion's hand-off back to it.
+	PickupUS    float64 `json:"pickup_us,omitempty"`
+	StatusUS    float64 `json:"status_us,omitempty"`
+	NegotiateUS float64 `json:"negotiate_us,omitempty"`
+	ExecuteUS   float64 `json:"execute_us,omitempty"`
+	// Rounds and rounds through the coordinator per op (this rank).
+	RoundsPerOp       float64 `json:"rounds_per_op,omitempty"`
+	NegotiationsPerOp float64 `json:"negotiations_per_op,omitempty"`
 }
 
 var ops = []string{"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "sendrecv"}

@@ -15,6 +15,11 @@ type Cache struct {
 	capacity int
 	entries  []cacheEntry // position = bit
 	tick     uint64
+	// index: name → position, rebuilt after entries move (Put, Erase);
+	// Lookup runs for every request of every round, Put and Erase only
+	// after negotiations.
+	index map[string]int
+	stale bool
 }
 
 type cacheEntry struct {
@@ -43,15 +48,21 @@ func Cacheable(t OpType) bool { return t == Allreduce || t == Allgather || t == 
 
 // Lookup finds q's name and compares the parameters.
 func (c *Cache) Lookup(q *Request) (bit int, st CacheState) {
-	for i := range c.entries {
-		if c.entries[i].req.Name == q.Name {
-			if sameParams(&c.entries[i].req, q) {
-				return i, Hit
-			}
-			return i, Invalid
+	if c.stale || c.index == nil {
+		c.index = make(map[string]int, len(c.entries))
+		for i := range c.entries {
+			c.index[c.entries[i].req.Name] = i
 		}
+		c.stale = false
 	}
-	return -1, Miss
+	i, ok := c.index[q.Name]
+	if !ok {
+		return -1, Miss
+	}
+	if sameParams(&c.entries[i].req, q) {
+		return i, Hit
+	}
+	return i, Invalid
 }
 
 func sameParams(a, b *Request) bool {
@@ -90,6 +101,7 @@ func (c *Cache) Put(q Request, r Response) {
 	}
 	c.tick++
 	c.entries = append(c.entries, cacheEntry{req: q, resp: r, used: c.tick})
+	c.stale = true
 }
 
 // Erase removes the entries whose bits are set in bits.
@@ -99,6 +111,9 @@ func (c *Cache) Erase(bits []uint64) {
 		if bits[i/64]&(1<<(i%64)) == 0 {
 			keep = append(keep, e)
 		}
+	}
+	if len(keep) != len(c.entries) {
+		c.stale = true
 	}
 	c.entries = keep
 }

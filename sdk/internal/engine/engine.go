@@ -186,9 +186,14 @@ type Engine struct {
 	running atomic.Pointer[Response]
 	busy    atomic.Bool
 
-	stats  struct{ rounds, negotiations, sent, cached, driven atomic.Uint64 }
-	queued atomic.Bool // queue non-empty (read while spinning, without the lock)
-	halted atomic.Bool // closed or stopped (e.closed or e.err set; read without the lock)
+	stats struct {
+		rounds, negotiations, sent, cached, driven atomic.Uint64
+		// phase times (ns), summed over rounds: see Stats
+		pickup, status, negotiate, execute atomic.Int64
+	}
+	enqAt  atomic.Int64 // UnixNano of the enqueue that made the queue non-empty (0: none pending)
+	queued atomic.Bool  // queue non-empty (read while spinning, without the lock)
+	halted atomic.Bool  // closed or stopped (e.closed or e.err set; read without the lock)
 }
 
 // Stats counts the engine's work since it started.
@@ -198,9 +203,21 @@ type Stats struct {
 	SentRequests uint64 // requests this rank sent to the coordinator
 	CachedOps    uint64 // responses executed straight from the response cache
 	CallerRounds uint64 // rounds run by a waiting caller instead of the engine goroutine
+	// Where the time goes, summed over rounds (a profile: divide by the
+	// ops of a benchmark for a per-op figure). Pickup: from the enqueue
+	// that found the queue empty to the start of the round that took it
+	// (the engine goroutine's wake-up, or the pacing); Status: the status
+	// exchange (with the wait for the other ranks to join the round);
+	// Negotiate: the gather to the coordinator and the broadcast back (0
+	// for rounds served from the response cache); Execute: the collectives,
+	// fusion copies and completions. What a caller measures beyond their
+	// sum is its own enqueue and the hand-off of the completion back to it.
+	Pickup, Status, Negotiate, Execute time.Duration
 }
 
 // Stats returns the counters (safe from any goroutine).
 func (e *Engine) Stats() Stats {
-	return Stats{e.stats.rounds.Load(), e.stats.negotiations.Load(), e.stats.sent.Load(), e.stats.cached.Load(), e.stats.driven.Load()}
+	return Stats{e.stats.rounds.Load(), e.stats.negotiations.Load(), e.stats.sent.Load(), e.stats.cached.Load(), e.stats.driven.Load(),
+		time.Duration(e.stats.pickup.Load()), time.Duration(e.stats.status.Load()),
+		time.Duration(e.stats.negotiate.Load()), time.Duration(e.stats.execute.Load())}
 }

@@ -11,7 +11,7 @@ import (
 
 func TestMessagesRoundTrip(t *testing.T) {
 	m := &RankMessage{Requests: []Request{
-		{Type: Allreduce, DType: backends.Float32, Name: "allreduce.grad/w", Shape: []int64{3, 4}, ReduceOp: 1, Prescale: 0.5, Postscale: 2, Group: "g", GroupSize: 2},
+		{Type: Allreduce, DType: backends.Float32, Name: "allreduce.grad/w", Shape: []int64{3, 4}, ReduceOp: 1, Prescale: 0.5, Postscale: 2, Group: "g", GroupSize: 2, Priority: -3},
 		{Type: Broadcast, DType: backends.Int64, Name: "b", Shape: nil, Root: 3},
 		{Type: Join},
 	}}
@@ -20,7 +20,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 		t.Fatalf("rank message: %v\n%+v\n%+v", err, got, m)
 	}
 	l := &ResponseList{Responses: []Response{
-		{Type: Allreduce, Names: []string{"a", "b"}, DType: backends.Float16, Counts: []int64{1, 2}, Joined: []int32{1}},
+		{Type: Allreduce, Names: []string{"a", "b"}, DType: backends.Float16, Counts: []int64{1, 2}, Joined: []int32{1}, Priority: 7},
 		{Type: Error, Names: []string{"x"}, Err: "shapes differ"},
 		{Type: Join, LastJoined: 2},
 	}}
@@ -236,6 +236,17 @@ func TestCacheHitInvalidEvict(t *testing.T) {
 	c.Erase([]uint64{1})
 	if c.Len() != 1 || c.Name(0) != "d" {
 		t.Fatalf("erase: %d", c.Len())
+	}
+	// Lookups find the positions after entries moved (the name index).
+	if bit, st := c.Lookup(&d); st != Hit || bit != 0 {
+		t.Fatalf("d after erase: %d %v", bit, st)
+	}
+	if _, st := c.Lookup(&a); st != Miss {
+		t.Fatalf("a after erase: %v", st)
+	}
+	c.Put(a, Response{Type: Allreduce, Names: []string{"a"}})
+	if bit, st := c.Lookup(&a); st != Hit || bit != 1 {
+		t.Fatalf("a put again: %d %v", bit, st)
 	}
 	if NewCache(0).Words() != 0 || NewCache(65).Words() != 2 {
 		t.Fatal("words")

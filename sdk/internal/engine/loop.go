@@ -78,6 +78,9 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		e.queue = append(e.queue, o.req)
 		e.tl().NegotiateStart(o.Name, o.Type.String())
 	}
+	if len(e.queue) == len(ops) { // the queue was empty: the pickup clock starts
+		e.enqAt.Store(time.Now().UnixNano())
+	}
 	e.queued.Store(true)
 	e.control.Kick()
 	return nil
