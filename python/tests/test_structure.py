@@ -46,6 +46,8 @@ LAYERS = {
     'hvd.numpy': {'hvd.common'},
     'hvd.tensorflow': {'hvd.common', 'hvd.numpy'},
     'hvd.mxnet': {'hvd.common', 'hvd.numpy'},
+    'hvd.spark': {'hvd.common', 'hvd.runner'},  # engines: hvd.spark.store/worker serve hvd.ray too
+    'hvd.ray': {'hvd.common', 'hvd.runner', 'hvd.spark'},
 }
 
 # Horovod's private names, defined for tests written for Horovod

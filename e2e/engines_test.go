@@ -1,0 +1,59 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The engines' virtual environment (.ci/setup.d/20-engines.sh): pyspark and
+// ray from PyPI over Debian's Python 3.11, which still imports Debian's
+// torch (--system-site-packages).
+func enginesPython(t *testing.T, modules ...string) string {
+	t.Helper()
+	cache := os.Getenv("HVD_CACHE_DIR")
+	if cache == "" {
+		home, _ := os.UserHomeDir()
+		cache = filepath.Join(home, ".cache", "hvd")
+	}
+	py := filepath.Join(cache, "venv-engines-py311", "bin", "python")
+	if _, err := os.Stat(py); err != nil {
+		t.Skipf("%s not found: run .ci/setup.d/20-engines.sh (it creates the engines' venv with pyspark and ray)", py)
+	}
+	args := []string{"-c", "import " + strings.Join(append([]string{"torch"}, modules...), ", ")}
+	if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
+		t.Skipf("%s cannot import %v (rerun .ci/setup.d/20-engines.sh): %v\n%s", py, modules, err, out)
+	}
+	return py
+}
+
+// enginesPytest runs one python/tests file with the engines' venv; every
+// test must pass (skips are allowed only where the file says why).
+func enginesPytest(t *testing.T, py, file string, timeout time.Duration, extraEnv ...string) string {
+	t.Helper()
+	pkg := pythonPackage(t)
+	cmd := exec.Command("timeout", "-k", "10", strconv.Itoa(int(timeout.Seconds())), py, "-m", "pytest", "-v", "-p", "no:cacheprovider", file)
+	cmd.Env = append(os.Environ(), pyEnv(pkg, append([]string{"HVD_TEST_NO_INIT=1"}, extraEnv...)...)...)
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("pytest %s: %v\n%s", file, err, tail(string(out), 150))
+	}
+	if strings.Contains(string(out), " failed") || !strings.Contains(string(out), " passed") {
+		t.Fatalf("pytest %s:\n%s", file, tail(string(out), 80))
+	}
+	return string(out)
+}
+
+func TestSpark(t *testing.T) {
+	py := enginesPython(t, "pyspark")
+	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
+		t.Skip("no java (apt-get install openjdk-17-jre-headless; .ci/setup.d/20-engines.sh does)")
+	}
+	out := enginesPytest(t, py, "python/tests/test_spark.py", 6*time.Minute)
+	t.Log(tail(out, 20))
+}
