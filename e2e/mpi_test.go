@@ -239,3 +239,55 @@ func TestMPIBuildBootstrapWithoutMPI4py(t *testing.T) {
 		}
 	}
 }
+
+// TestHvdrunMPI: hvdrun --mpi starts the ranks with Open MPI's mpirun:
+// hvdrun's store and prefixes, collectives on sets; a rank killed with
+// SIGKILL ends the job at once, named by hvdrun, no rank left behind.
+func TestHvdrunMPI(t *testing.T) {
+	pkg := pythonPackage(t)
+	needMPI(t)
+	script := "import hvd.torch as hvd, torch, os, time\n" +
+		"evens = hvd.ProcessSet(range(0, int(os.environ['OMPI_COMM_WORLD_SIZE']), 2))\n" +
+		"hvd.init(process_sets=[evens])\n" +
+		"assert os.environ['HOROVOD_GLOO_RENDEZVOUS_ADDR'] and hvd.rank() == int(os.environ['OMPI_COMM_WORLD_RANK'])\n" +
+		"s = hvd.allreduce(torch.ones(2) * hvd.rank(), op=hvd.Sum)\n" +
+		"assert s.tolist() == [float(sum(range(hvd.size())))] * 2, s\n" +
+		"if hvd.rank() % 2 == 0:\n" +
+		"    e = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=evens)\n" +
+		"    assert e.item() == len(evens.ranks)\n" +
+		"print('rank', hvd.rank(), 'of', hvd.size(), 'ok', flush=True)\n" +
+		"if os.environ.get('DIE') == str(hvd.rank()):\n" +
+		"    os.kill(os.getpid(), 9)\n" +
+		"if os.environ.get('DIE'):\n" +
+		"    hvd.allreduce(torch.ones(1), name='after')\n" +
+		"    time.sleep(120)\n"
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := []string{"--mpi", "--mpi-args", "--oversubscribe", "-np", strconv.Itoa(np), python, "-c", script}
+			out, code := hvdrun(t, time.Minute, pyEnv(pkg), args...)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 40))
+			}
+			for r := range np {
+				if want := fmt.Sprintf("[%d]<stdout>:rank %d of %d ok\n", r, r, np); !strings.Contains(out, want) {
+					t.Errorf("no %q in:\n%s", want, tail(out, 30))
+				}
+			}
+		})
+	}
+	t.Run("dead rank", func(t *testing.T) {
+		start := time.Now()
+		args := []string{"--mpi", "--mpi-args", "--oversubscribe", "-np", "3", python, "-c", script}
+		out, code := hvdrun(t, time.Minute, pyEnv(pkg, "DIE=1"), append([]string{"-x", "DIE"}, args...)...)
+		if code == 0 || !strings.Contains(out, "hvdrun: rank 1 (") || !strings.Contains(out, "mpirun stopped the other ranks") {
+			t.Fatalf("exit %d:\n%s", code, tail(out, 40))
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Fatalf("the job took %v to end after rank 1 died", d)
+		}
+		if left, err := exec.Command("pgrep", "-f", "os.environ.get.'DIE'").Output(); err == nil {
+			t.Fatalf("ranks left running: %s", left)
+		}
+		t.Logf("ended %v after start; survivors' errors: %d", time.Since(start).Round(time.Millisecond), strings.Count(out, "process exited"))
+	})
+}

@@ -34,6 +34,9 @@ type Options struct {
 	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
 	Encrypt           string        // --encrypt[=cross-host|all|off] → HVD_ENCRYPT ("" = not given)
 	CheckBuild        bool          // -cb, --check-build: print the build table instead of running
+	MPI               bool          // --mpi: start the ranks with mpirun (mpi.go)
+	Gloo              bool          // --gloo: hvdrun's own process manager (the default)
+	MPIArgs           string        // --mpi-args "...": extra mpirun arguments (with --mpi)
 	Command           []string      // the worker command and its arguments (non-empty unless CheckBuild)
 
 	Elastic ElasticOptions // elastic flags (elastic_flags.go)
@@ -195,8 +198,14 @@ var flagDefs = []flagDef{
 			return usageErrorf("%s=%q: want cross-host, all or off", n, v)
 		}},
 	{names: []string{"--gloo"},
-		help: "accepted for horovodrun compatibility (hvdrun always launches in Gloo mode)",
-		set:  func(o *Options, n, v string) error { return nil }},
+		help: "start the ranks with hvdrun's own process manager (Gloo mode: the default)",
+		set:  func(o *Options, n, v string) error { o.Gloo = true; return nil }},
+	{names: []string{"--mpi"},
+		help: "start the ranks with Open MPI's mpirun (HVD_MPIRUN overrides which), with the same store, environment, output prefixes and failure handling (docs/mpi.md)",
+		set:  func(o *Options, n, v string) error { o.MPI = true; return nil }},
+	{names: []string{"--mpi-args"}, metavar: "ARGS", takesValue: true,
+		help: "extra arguments for mpirun, split on blanks (with --mpi)",
+		set:  func(o *Options, n, v string) error { o.MPIArgs = v; return nil }},
 	{names: []string{"--disable-cache"},
 		help: "accepted for horovodrun compatibility (hvdrun caches nothing)",
 		set:  func(o *Options, n, v string) error { return nil }},
@@ -306,6 +315,12 @@ func (o *Options) validate() error {
 		return usageErrorf("-H/--hosts and --hostfile are mutually exclusive")
 	case len(o.Command) == 0:
 		return usageErrorf("no command given (usage: hvdrun [flags] [--] command [args...])")
+	case o.MPI && o.Gloo:
+		return usageErrorf("--mpi and --gloo are mutually exclusive")
+	case o.MPIArgs != "" && !o.MPI:
+		return usageErrorf("--mpi-args needs --mpi")
+	case o.MPI && o.IsElastic():
+		return usageErrorf("--mpi does not run elastic jobs (hvdrun's own process manager does: drop --mpi)")
 	}
 	return nil
 }

@@ -39,7 +39,7 @@ func TestParseArgs(t *testing.T) {
 			Options{NumProc: 8, StartTimeout: 5 * time.Second, OutputDir: "out", Verbose: true,
 				TimelineFilename: "tl.json", FusionThresholdMB: ptr(32.0), CycleTimeMS: ptr(2.5),
 				NetworkInterfaces: []string{"eth0", "ib0"}, GlooTimeout: ptr(60), CacheCapacity: ptr(0),
-				LogLevel: "DEBUG", Command: []string{"cmd", "a"}}},
+				LogLevel: "DEBUG", Gloo: true, Command: []string{"cmd", "a"}}},
 		{"network-interface repeats", "--network-interface a --network-interface b -np 1 cmd",
 			Options{NumProc: 1, NetworkInterfaces: []string{"a", "b"}, Command: []string{"cmd"}}},
 		{"flags after the command belong to it", "-np 1 python --verbose -np 3",

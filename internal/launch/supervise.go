@@ -64,6 +64,9 @@ func (j *Job) Run(ctx context.Context) error {
 	if j.Elastic != nil {
 		return j.runElastic(ctx)
 	}
+	if j.Opts.MPI {
+		return j.runMPI(ctx) // mpi.go
+	}
 	stderr := &lockedWriter{w: j.rt.Stderr}
 	stdout := &lockedWriter{w: j.rt.Stdout}
 	if j.rt.Stdout == j.rt.Stderr {
