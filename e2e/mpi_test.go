@@ -291,3 +291,51 @@ func TestHvdrunMPI(t *testing.T) {
 		t.Logf("ended %v after start; survivors' errors: %d", time.Since(start).Round(time.Millisecond), strings.Count(out, "process exited"))
 	})
 }
+
+// TestMPIDeadRank: under a plain mpirun, a rank killed with SIGKILL
+// between collectives ends the job promptly with messages naming it: on
+// hvd's own data plane the survivors' ops fail naming rank 1, on the MPI
+// data plane (MPI build, HVD_BACKEND=mpi) mpirun aborts the job; no rank is
+// left behind either way.
+func TestMPIDeadRank(t *testing.T) {
+	pythonPackage(t)
+	needMPI(t)
+	script := "import hvd.torch as hvd, torch, os, time\n" +
+		"hvd.init()\n" +
+		"hvd.allreduce(torch.ones(4), name='before')\n" +
+		"if hvd.rank() == 1:\n" +
+		"    os.kill(os.getpid(), 9)\n" +
+		"hvd.allreduce(torch.ones(4), name='after.dead.rank')\n" +
+		"time.sleep(120)\n"
+	for _, c := range []struct {
+		name string
+		pkg  func(*testing.T) string
+		env  []string
+		want []string
+	}{
+		{"default", pythonPackage, nil, []string{"rank 1: process exited", "process rank 1 with PID"}},
+		{"mpi-backend", mpiPythonPackage, []string{"HVD_BACKEND=mpi"}, []string{"process rank 1 with PID"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pkg := c.pkg(t)
+			start := time.Now()
+			out, code := mpirun(t, time.Minute, 3, pyEnv(pkg, c.env...), python, "-c", script)
+			took := time.Since(start)
+			if code == 0 {
+				t.Fatalf("exit 0 after rank 1 died:\n%s", tail(out, 30))
+			}
+			for _, w := range c.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("no %q in:\n%s", w, tail(out, 30))
+				}
+			}
+			if took > 40*time.Second {
+				t.Errorf("the job took %v to end", took)
+			}
+			if left, err := exec.Command("pgrep", "-f", "after.dead.rank").Output(); err == nil {
+				t.Fatalf("ranks left running: %s", left)
+			}
+			t.Logf("ended %v after start (exit %d)", took.Round(time.Millisecond), code)
+		})
+	}
+}
