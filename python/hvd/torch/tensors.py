@@ -18,7 +18,7 @@ import torch
 
 from hvd.common import dtypes
 from hvd.common.collectives import Collectives, TensorAdapter
-from hvd.common.handles import convert_result
+from hvd.common.handles import convert_result, synchronize
 
 try:
     import cloudpickle as _pickle
@@ -198,6 +198,17 @@ class StagedCollectives(Collectives):
             def back(result):
                 return _restage(result, likes if grouped else likes[:1])
         return convert_result(handle, (originals, hosts), back)
+
+    def _allreduce_sync(self, tensor, in_place, name, op, prescale_factor, postscale_factor, process_set,
+                        priority=0):
+        # The one-call synchronous allreduce hands the tensor's memory to
+        # the library: a CUDA tensor goes through the staged async path.
+        if not is_cuda(tensor):
+            return super()._allreduce_sync(tensor, in_place, name, op, prescale_factor, postscale_factor,
+                                           process_set, priority)
+        start = self.allreduce_async_ if in_place else self.allreduce_async
+        return synchronize(start(tensor, name=name, op=op, prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, process_set=process_set, priority=priority))
 
     def allreduce_async(self, tensor, *args, **kwargs):
         return self._staged(lambda t: super(StagedCollectives, self).allreduce_async(t, *args, **kwargs), tensor, False)
