@@ -127,6 +127,10 @@ int hvd_mpi_allgatherv(const void *send, int scount, void *recv, const int *coun
 	return MPI_Allgatherv(send, scount, MPI_BYTE, recv, counts, displs, MPI_BYTE, c);
 }
 
+int hvd_mpi_allgather(const void *send, int n, void *recv, MPI_Comm c) {
+	return MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, c);
+}
+
 int hvd_mpi_alltoallv(const void *send, const int *scounts, const int *sdispls, void *recv, const int *rcounts, const int *rdispls, MPI_Comm c) {
 	return MPI_Alltoallv(send, scounts, sdispls, MPI_BYTE, recv, rcounts, rdispls, MPI_BYTE, c);
 }
@@ -175,4 +179,15 @@ int hvd_mpi_allgather_world(const void *send, int n, void *recv) {
 	rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, w);
 	MPI_Comm_free(&w);
 	return rc;
+}
+
+// The benchmark's anchor (bench_test.go): Open MPI's own calls, as a C
+// program makes them, on the same communicator and buffers.
+int hvd_mpi_raw(int op, void *buf, void *recv, int n, MPI_Comm c) {
+	switch (op) {
+	case 0: return MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, c);
+	case 1: return MPI_Allgather(buf, n, MPI_BYTE, recv, n, MPI_BYTE, c);
+	case 2: return MPI_Bcast(buf, n, MPI_BYTE, 0, c);
+	}
+	return -1;
 }
