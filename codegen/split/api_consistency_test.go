@@ -12,15 +12,16 @@ import (
 )
 
 // The generated split jobs call the hvd module of their framework
-// (hvd.torch, hvd.tensorflow, hvd.mxnet). The TensorFlow and MXNet jobs are
-// never run here (neither framework installs), so nothing else would notice
-// a call to a function the module lacks or a keyword it does not take. This
+// (hvd.torch, hvd.tensorflow, hvd.mxnet). The TensorFlow and MXNet jobs run
+// only where their framework venvs exist (plugins/*/split_test.go), so
+// this static check catches a call to a function the module lacks or a
+// keyword it does not take everywhere. This
 // test renders every golden case and checks each `hvd.<name>` in the
 // generated Python against the module's source:
 //
 //   - hvd.torch: python/hvd/torch/__init__.py;
 //   - hvd.tensorflow, hvd.mxnet: the plugins' templates
-//     (plugins/<fw>/templates/__init__.py.tmpl; the plugins are package main,
+//     (plugins/<fw>/templates/[<fw>/]__init__.py.tmpl; the plugins are package main,
 //     so their adapters cannot be imported here), which re-export names
 //     from hvd.numpy (python/hvd/numpy/__init__.py).
 //
@@ -37,7 +38,7 @@ import (
 func hvdModuleSource(module string) (string, bool) {
 	switch module {
 	case "hvd.tensorflow":
-		return "../../plugins/tensorflow/templates/__init__.py.tmpl", true
+		return "../../plugins/tensorflow/templates/tensorflow/__init__.py.tmpl", true
 	case "hvd.mxnet":
 		return "../../plugins/mxnet/templates/__init__.py.tmpl", true
 	}

@@ -43,9 +43,13 @@ func (r *Result) Paths() []string {
 }
 
 // Runnable reports whether the generated code for a framework is run by
-// hvd's own tests (PyTorch); TensorFlow and MXNet output is only checked
-// for syntax, and its README says so.
-func Runnable(fw spec.Framework) bool { return fw == spec.PyTorch }
+// hvd's own tests against its single-process reference: PyTorch here
+// (e2e_test.go), TensorFlow and MXNet in plugins/tensorflow and
+// plugins/mxnet (split_test.go, in the framework venvs). A framework
+// whose jobs were never run gets a README that says so.
+func Runnable(fw spec.Framework) bool {
+	return fw == spec.PyTorch || fw == spec.TensorFlow || fw == spec.MXNet
+}
 
 //go:embed templates
 var templateFS embed.FS

@@ -15,14 +15,14 @@ var initTemplate string
 
 // adapter is the MXNet plugin: hvd.common, hvd.numpy and hvd.mxnet rendered
 // from templates/__init__.py.tmpl (kind "package"), and the split generator
-// for declared layers (kind "split"; a factory model is refused: it would
-// have to be imported and run under MXNet, which this plugin cannot do).
+// for declared layers (kind "split"; a factory model is refused: only the
+// PyTorch plugin imports and times a factory model).
 func adapter() plugin.FrameworkAdapter {
 	return splitgen.WithSplit(templated(), spec.MXNet, nil, refused)
 }
 
 // refused says why a factory model cannot be split.
-const refused = "MXNet models cannot be inspected by hvd-plugin-mxnet (it has never run under MXNet, which cannot be installed where it was built)"
+const refused = "MXNet models cannot be inspected by hvd-plugin-mxnet (factory inspection runs only for PyTorch models)"
 
 func templated() pypkg.Templated {
 	return pypkg.Templated{

@@ -8,7 +8,20 @@ import (
 )
 
 // Declared layers split through the built-in catalogue (the generated code
-// is byte-compiled, never run: no MXNet here); a factory model is refused.
+// byte-compiles; TestSplitRunsLikeReference runs it); a factory model is refused.
 func TestSplit(t *testing.T) {
 	plugintest.SplitWithoutInspection(t, adapter(), spec.MXNet, "MXNet")
+}
+
+// The generated Gluon job runs for real under hvdrun with MXNet from the
+// venv and matches its single-process reference (float64, 20 steps, every
+// parameter and loss to 1e-5).
+func TestSplitRunsLikeReference(t *testing.T) {
+	py := plugintest.MXNetPython(t)
+	t.Run("3x1-gpipe", func(t *testing.T) {
+		plugintest.SplitRunsLikeReference(t, adapter(), spec.MXNet, py, 3, 1, spec.GPipe)
+	})
+	t.Run("2x2-1f1b", func(t *testing.T) {
+		plugintest.SplitRunsLikeReference(t, adapter(), spec.MXNet, py, 2, 2, spec.OneFOneB)
+	})
 }

@@ -21,14 +21,13 @@ var templates embed.FS
 // adapter is the TensorFlow plugin: hvd.common, hvd.numpy and hvd.tensorflow
 // rendered from templates/__init__.py.tmpl (kind "package"), and the split
 // generator for declared layers (kind "split"; a factory model is refused:
-// it would have to be imported and run under TensorFlow, which this plugin
-// cannot do).
+// only the PyTorch plugin imports and times a factory model).
 func adapter() plugin.FrameworkAdapter {
 	return splitgen.WithSplit(templated(), spec.TensorFlow, nil, refused)
 }
 
 // refused says why a factory model cannot be split.
-const refused = "TensorFlow models cannot be inspected by hvd-plugin-tensorflow (it has never run under TensorFlow, which cannot be installed where it was built)"
+const refused = "TensorFlow models cannot be inspected by hvd-plugin-tensorflow (factory inspection runs only for PyTorch models)"
 
 func templated() pypkg.Templated {
 	return pypkg.Templated{
