@@ -99,6 +99,30 @@ assert close(a, N * base + tot) and b.shape == (3 * N, 4) and close(c, base + N 
 a, b, c = graph_allreduce(x)  # the traced function runs again
 assert close(a, N * base + tot)
 
+# gradients through a collective inside tf.function (the custom gradient is traced too)
+gv = tf.Variable(base + R)
+
+
+@tf.function
+def graph_grad():
+    with tf.GradientTape() as tape:
+        y = hvd.allreduce(gv, op=hvd.Sum, name='graph.grad')
+        loss = tf.reduce_sum(y * (R + 1.0))
+    return tape.gradient(loss, gv)
+
+
+assert close(graph_grad(), np.full((3, 4), sum(k + 1.0 for k in range(N))))
+
+
+@tf.function(jit_compile=True)
+def xla_allreduce(v):
+    return hvd.allreduce(v, name='xla')
+
+
+# XLA cannot compile the op (a tf.py_function): a clear error, on every rank, before any communication
+msg = raises(Exception, lambda: xla_allreduce(x), 'jit_compile')
+assert 'EagerPyFunc' in msg or 'py_function' in msg.lower() or 'XLA' in msg, msg[:500]
+
 # ---------------------------------------------------------------- gradients
 w = tf.Variable(base + R)
 with tf.GradientTape() as tape:
