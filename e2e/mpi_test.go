@@ -339,3 +339,114 @@ func TestMPIDeadRank(t *testing.T) {
 		})
 	}
 }
+
+// TestMPINetns: mpirun across two "hosts" (network namespaces joined by a
+// veth, sharing the host name; plm_rsh_agent is the ssh stand-in of
+// TestMultiHostNetns), 2 ranks on A and 1 on B, nothing else set: the
+// store address crosses the veth (rank 0's address towards B, not
+// loopback), local and cross ranks are per namespace. The default build
+// bootstraps through mpi4py; the MPI build with auto moves the cross-host
+// global set's allreduce over MPI (timeline: MPI_ALLREDUCE), also when it
+// bootstraps through MPI itself (mpi4py hidden); hvdrun --mpi runs the same
+// job across the hosts.
+func TestMPINetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2 (apt-get install iproute2)")
+	}
+	pkg := pythonPackage(t)
+	needMPI(t)
+	id := os.Getpid()%200 + 1
+	nsA, nsB := fmt.Sprintf("hvmpi%da", id), fmt.Sprintf("hvmpi%db", id)
+	ipA, ipB, subnet := fmt.Sprintf("10.78.%d.1", id), fmt.Sprintf("10.78.%d.2", id), fmt.Sprintf("10.78.%d.0/24", id)
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, ns := range []string{nsA, nsB} {
+		exec.Command("ip", "netns", "del", ns).Run()
+		ip("netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	vA, vB := fmt.Sprintf("hvm%da", id), fmt.Sprintf("hvm%db", id)
+	ip("link", "add", vA, "type", "veth", "peer", "name", vB)
+	ip("link", "set", vA, "netns", nsA)
+	ip("link", "set", vB, "netns", nsB)
+	ip("-n", nsA, "addr", "add", ipA+"/24", "dev", vA)
+	ip("-n", nsB, "addr", "add", ipB+"/24", "dev", vB)
+	for ns, v := range map[string]string{nsA: vA, nsB: vB} {
+		ip("-n", ns, "link", "set", "lo", "up")
+		ip("-n", ns, "link", "set", v, "up")
+	}
+	dir := t.TempDir()
+	hostMap := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hostMap, []byte(ipA+" "+nsA+"\n"+ipB+" "+nsB+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sshStub, _ := filepath.Abs("testdata/netns-ssh")
+	hide := filepath.Join(dir, "nompi4py")
+	os.MkdirAll(filepath.Join(hide, "mpi4py"), 0o755)
+	os.WriteFile(filepath.Join(hide, "mpi4py", "__init__.py"), []byte("raise ImportError('mpi4py hidden by the test')\n"), 0o644)
+	script := "import hvd.torch as hvd, torch\n" +
+		"hvd.init()\n" +
+		"s = hvd.allreduce(torch.ones(3) * hvd.rank(), op=hvd.Sum, name='netns.sum')\n" +
+		"assert s.tolist() == [float(sum(range(hvd.size())))] * 3, s\n" +
+		"print('rank %d/%d: local %d/%d cross %d/%d ok' % (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()), flush=True)\n"
+	mca := []string{"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", subnet, "--mca", "oob_tcp_if_include", subnet}
+	check := func(t *testing.T, out string, err error, timeline string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%v:\n%s", err, tail(out, 40))
+		}
+		for _, want := range []string{"rank 0/3: local 0/2 cross 0/2 ok", "rank 1/3: local 1/2 cross 0/1 ok", "rank 2/3: local 0/1 cross 1/2 ok"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("no %q in:\n%s", want, tail(out, 30))
+			}
+		}
+		if timeline != "" {
+			b, _ := os.ReadFile(timeline)
+			if !strings.Contains(string(b), `"MPI_ALLREDUCE"`) {
+				t.Errorf("the cross-host allreduce did not run on MPI:\n%s", tail(string(b), 10))
+			}
+		}
+	}
+	run := func(t *testing.T, pythonPath string, extra ...string) (string, error) {
+		args := append([]string{"netns", "exec", nsA, "mpirun", "--allow-run-as-root", "-np", "3", "-H", ipA + ":2," + ipB + ":1",
+			"--mca", "plm_rsh_agent", sshStub, "--tag-output", "-x", "HVD_TEST_NETNS_MAP", "-x", "PYTHONPATH=" + pythonPath,
+			"-x", "PYTHONDONTWRITEBYTECODE=1", "-x", "HOROVOD_GLOO_TIMEOUT_SECONDS=20"}, mca...)
+		args = append(append(args, extra...), python, "-c", script)
+		cmd := exec.Command("ip", args...)
+		cmd.Env = append(cleanEnv(nil), "HVD_TEST_NETNS_MAP="+hostMap)
+		return runFor(t, cmd, 2*time.Minute)
+	}
+	t.Run("default-build", func(t *testing.T) {
+		out, err := run(t, pkg)
+		check(t, out, err, "")
+	})
+	t.Run("mpi-build-auto", func(t *testing.T) {
+		mpkg := mpiPythonPackage(t)
+		tl := filepath.Join(t.TempDir(), "tl.json")
+		out, err := run(t, mpkg, "-x", "HOROVOD_TIMELINE="+tl)
+		check(t, out, err, tl)
+	})
+	t.Run("mpi-build-go-bootstrap", func(t *testing.T) {
+		mpkg := mpiPythonPackage(t)
+		tl := filepath.Join(t.TempDir(), "tl.json")
+		out, err := run(t, hide+":"+mpkg, "-x", "HOROVOD_TIMELINE="+tl)
+		check(t, out, err, tl)
+	})
+	t.Run("hvdrun-mpi", func(t *testing.T) {
+		cmd := exec.Command("ip", "netns", "exec", nsA, bin("hvdrun"), "--mpi", "--mpi-args", strings.Join(mca, " "),
+			"-np", "3", "-H", ipA+":2,"+ipB+":1", "-x", "PYTHONPATH="+pkg, "-x", "PYTHONDONTWRITEBYTECODE=1", python, "-c", script)
+		cmd.Env = append(cleanEnv(nil), "HVD_SSH="+sshStub, "HVD_TEST_NETNS_MAP="+hostMap)
+		out, err := runFor(t, cmd, 2*time.Minute)
+		check(t, out, err, "")
+		if !strings.Contains(out, "[2]<stdout>:rank 2/3") {
+			t.Errorf("hvdrun's prefixes missing:\n%s", tail(out, 20))
+		}
+	})
+}

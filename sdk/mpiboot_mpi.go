@@ -50,7 +50,7 @@ func bootstrapOverMPI(w *World) error {
 			ErrInvalidArgument, w.id.Rank, w.id.Size, me, n)
 	}
 	host := make([]byte, bootHostBytes)
-	copy(host, w.id.Hostname)
+	copy(host, rendezvous.HostKey(w.id.Hostname)) // network namespaces that share a host name are hosts
 	hosts, err := mpi.AllgatherWorld(host)
 	if err != nil {
 		return fmt.Errorf("hvd: MPI bootstrap: %w", err)

@@ -158,15 +158,22 @@ def _free_port(host):
         s.close()
 
 
-def _store_host(comm):
-    """Rank 0's address as the others can dial it (collective over comm):
-    loopback when every member is on rank 0's host; HOROVOD_GLOO_IFACE's
-    address when set; else the address rank 0's kernel uses towards the
-    first member on another host. None on the other ranks."""
-    me = (socket.gethostname(), _my_ipv4s())
-    everyone = comm.gather(me, root=0)
-    if comm.rank != 0:
-        return None
+def _host_key():
+    """This host as the library tells hosts apart (sdk/rendezvous HostKey):
+    the host name and the network namespace, so that network namespaces
+    that share a host name (containers, the e2e tests) count as hosts."""
+    try:
+        ns = os.readlink('/proc/self/ns/net')
+    except OSError:
+        ns = ''
+    return socket.gethostname() + '|' + ns
+
+
+def _store_host(everyone):
+    """Rank 0's address as the others can dial it, from every member's
+    (host key, IPv4 addresses): loopback when every member is on rank 0's
+    host; HOROVOD_GLOO_IFACE's address when set; else the address rank 0's
+    kernel uses towards the first member on another host."""
     host0 = everyone[0][0]
     others = [ips for name, ips in everyone[1:] if name != host0]
     if not others:
@@ -187,21 +194,21 @@ def _store_host(comm):
 def bootstrap_env(comm):
     """The variables the library starts with so that comm's processes make
     the hvd world in comm's rank order (collective over comm): rank and size,
-    hints for the local rank and size (MPI_COMM_TYPE_SHARED), rank 0's store
-    address and a job secret, broadcast over comm."""
-    MPI = import_mpi('the MPI bootstrap')
-    host = _store_host(comm)
+    hints for the local rank and size (members with this host key), rank 0's
+    store address and a job secret, broadcast over comm. Host keys, not
+    MPI_COMM_TYPE_SHARED: Open MPI takes network namespaces that share a
+    host name for one node."""
+    everyone = comm.allgather((_host_key(), _my_ipv4s()))
     msg = None
     if comm.rank == 0:
+        host = _store_host(everyone)
         port = _free_port('' if host != '127.0.0.1' else host)
         secret = os.environ.get('HVD_SECRET_KEY', '').strip() or secrets.token_hex(32)
         msg = (host, port, secret)
     host, port, secret = comm.bcast(msg, root=0)
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    try:
-        local_rank, local_size = local.rank, local.size
-    finally:
-        local.Free()
+    mine = everyone[comm.rank][0]
+    local_rank = sum(1 for key, _ in everyone[:comm.rank] if key == mine)
+    local_size = sum(1 for key, _ in everyone if key == mine)
     env = {v: None for v in _BEFORE_MPI + STORE_VARS + ('TORCHELASTIC_USE_AGENT_STORE',)}
     env.update({
         'HVD_MPI_RANK': str(comm.rank), 'HVD_MPI_SIZE': str(comm.size),
