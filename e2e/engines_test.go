@@ -36,7 +36,7 @@ func enginesPython(t *testing.T, modules ...string) string {
 func enginesPytest(t *testing.T, py, file string, timeout time.Duration, extraEnv ...string) string {
 	t.Helper()
 	pkg := pythonPackage(t)
-	cmd := exec.Command("timeout", "-k", "10", strconv.Itoa(int(timeout.Seconds())), py, "-m", "pytest", "-v", "-p", "no:cacheprovider", file)
+	cmd := exec.Command("timeout", "-k", "10", strconv.Itoa(int(timeout.Seconds())), py, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", file)
 	cmd.Env = append(os.Environ(), pyEnv(pkg, append([]string{"HVD_TEST_NO_INIT=1"}, extraEnv...)...)...)
 	cmd.Dir = ".."
 	out, err := cmd.CombinedOutput()
@@ -56,4 +56,10 @@ func TestSpark(t *testing.T) {
 	}
 	out := enginesPytest(t, py, "python/tests/test_spark.py", 6*time.Minute)
 	t.Log(tail(out, 20))
+}
+
+func TestRay(t *testing.T) {
+	py := enginesPython(t, "ray")
+	out := enginesPytest(t, py, "python/tests/test_ray.py", 5*time.Minute)
+	t.Log(tail(out, 12))
 }
