@@ -99,6 +99,21 @@ assert close(a, N * base + tot) and b.shape == (3 * N, 4) and close(c, base + N 
 a, b, c = graph_allreduce(x)  # the traced function runs again
 assert close(a, N * base + tot)
 
+# unnamed collectives in a graph: named after their tensors (Horovod's HorovodAllreduce_<name>),
+# so independent ones the executor may run in any order still match across ranks
+
+
+@tf.function
+def graph_unnamed(v, w):
+    outs = [hvd.allreduce(v * float(k), op=hvd.Sum) for k in range(4)]
+    return outs, hvd.allgather(w), hvd.broadcast(w, root_rank=0)
+
+
+for _ in range(3):
+    outs, ag, bc = graph_unnamed(x, tf.constant([float(R)]))
+    assert all(close(o, (N * base + tot) * k) for k, o in enumerate(outs))
+    assert close(ag, np.arange(N, dtype=np.float32)) and close(bc, [0.0])
+
 # gradients through a collective inside tf.function (the custom gradient is traced too)
 gv = tf.Variable(base + R)
 
