@@ -472,6 +472,7 @@ func (e env) store(id *Identity) error {
 		} else {
 			id.ServeStore = id.Rank == 0
 		}
+		e.podMaster(id) // a PyTorchJob master's MASTER_ADDR=localhost (k8s.go)
 		return nil
 	}
 	if id.Size > 1 {
