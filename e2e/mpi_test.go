@@ -227,7 +227,7 @@ func TestMPIBuildBootstrapWithoutMPI4py(t *testing.T) {
 		"assert hvd.size() == int(os.environ['OMPI_COMM_WORLD_SIZE']) and hvd.rank() == int(os.environ['OMPI_COMM_WORLD_RANK'])\n" +
 		"assert s.tolist() == [float(sum(range(hvd.size())))] * 2, s\n" +
 		"assert hvd.mpi_built() and not hvd.mpi_enabled()\n" +
-		"print('rank', hvd.rank(), 'ok')\n"
+		"print('rank %d ok' % hvd.rank(), flush=True)\n" // one write: mpirun tags every write
 	env := []string{"PYTHONPATH=" + hide + ":" + pkg, "PYTHONDONTWRITEBYTECODE=1"}
 	out, code := mpirun(t, time.Minute, 3, env, python, "-c", script)
 	if code != 0 {
