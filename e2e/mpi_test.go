@@ -450,3 +450,28 @@ func TestMPINetns(t *testing.T) {
 		}
 	})
 }
+
+// TestMPIBuildGoProgram: a Go program of the MPI build (hvdconform) under
+// a plain mpirun with nothing set: the SDK bootstraps through MPI, and on
+// one host (shm) finalizes MPI right after, so the program's os.Exit is
+// not "exiting improperly" for mpirun; init/shutdown three times in the
+// same processes finds the store again without MPI.
+func TestMPIBuildGoProgram(t *testing.T) {
+	needMPI(t)
+	if err := exec.Command("pkg-config", "--exists", "ompi-c").Run(); err != nil {
+		t.Skip("no Open MPI development files (pkg-config ompi-c: apt-get install libopenmpi-dev; .ci/setup.d/10-mpi.sh)")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("go", "build", "-tags", "mpi", "-o", dir+"/", "../cmd/hvdconform").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags mpi: %v\n%s", err, out)
+	}
+	conform := filepath.Join(dir, "hvdconform")
+	out, code := mpirun(t, 2*time.Minute, 3, nil, conform, "-quick")
+	if code != 0 || strings.Count(out, " passed, 0 failed") != 3 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 30))
+	}
+	out, code = mpirun(t, 2*time.Minute, 3, nil, conform, "reinit")
+	if code != 0 || strings.Count(out, "round 2 ok") != 3 {
+		t.Fatalf("reinit: exit %d:\n%s", code, tail(out, 30))
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/backends/mpi"
@@ -35,12 +36,33 @@ type bootMsg struct {
 
 const bootHostBytes = 256
 
-// bootstrapOverMPI: every rank gives its hostname (MPI_Allgather); rank 0
+// goBoot is the Go bootstrap's result, for the process's life: rank 0's
+// store keeps serving, and a later Init in the same processes (shutdown,
+// then init) finds it again without MPI (its keys are kept apart by the
+// Init's generation, as under hvdrun).
+var goBoot struct {
+	sync.Mutex
+	done   bool
+	addr   string
+	secret []byte
+	server *rendezvous.Server // rank 0
+}
+
+// bootstrapOverMPI: every rank gives its host key (MPI_Allgather); rank 0
 // serves the store on a free port — on loopback when every rank shares its
 // host, else on its HOROVOD_GLOO_IFACE or first non-loopback IPv4 address —
 // and broadcasts the address and a fresh secret (unless HVD_SECRET_KEY is
-// set) with MPI_Bcast.
+// set) with MPI_Bcast. When every rank is on one host and HVD_BACKEND is
+// not mpi, nothing else needs MPI (auto keeps shm there): MPI is finalized
+// at once if hvd initialized it, so that a Go program's exit (os.Exit runs
+// no C exit handlers) is not reported by mpirun as "exiting improperly".
 func bootstrapOverMPI(w *World) error {
+	goBoot.Lock()
+	defer goBoot.Unlock()
+	if goBoot.done {
+		w.id.StoreAddr, w.id.Secret, w.id.ServeStore, w.id.Bootstrap = goBoot.addr, goBoot.secret, false, ""
+		return nil
+	}
 	me, n, err := mpi.WorldRank()
 	if err != nil {
 		return fmt.Errorf("hvd: MPI bootstrap: %w", err)
@@ -55,9 +77,15 @@ func bootstrapOverMPI(w *World) error {
 	if err != nil {
 		return fmt.Errorf("hvd: MPI bootstrap: %w", err)
 	}
+	oneHost := true
+	for r := 1; r < n; r++ {
+		if !bytes.Equal(hosts[r*bootHostBytes:(r+1)*bootHostBytes], hosts[:bootHostBytes]) {
+			oneHost = false
+		}
+	}
 	buf := make([]byte, 4096)
 	if me == 0 {
-		msg := w.serveForMPI(hosts, n)
+		msg := w.serveForMPI(oneHost)
 		b, _ := json.Marshal(msg)
 		if len(b) > len(buf) {
 			b, _ = json.Marshal(bootMsg{Err: "bootstrap message too long"})
@@ -74,20 +102,21 @@ func bootstrapOverMPI(w *World) error {
 	if msg.Err != "" {
 		return fmt.Errorf("hvd: MPI bootstrap: rank 0 could not serve the store: %s", msg.Err)
 	}
-	w.id.StoreAddr, w.id.Secret, w.id.ServeStore = msg.Addr, msg.Secret, false
+	// From here on the store is an ordinary one (like hvdrun's): keys of
+	// successive Inits are kept apart by their generation.
+	w.id.StoreAddr, w.id.Secret, w.id.ServeStore, w.id.Bootstrap = msg.Addr, msg.Secret, false, ""
+	goBoot.done, goBoot.addr, goBoot.secret = true, msg.Addr, msg.Secret
+	if oneHost && w.backend != "mpi" {
+		mpi.Finalize()
+	}
 	return nil
 }
 
-// serveForMPI starts rank 0's store and says where it is.
-func (w *World) serveForMPI(hosts []byte, n int) bootMsg {
-	same := true
-	for r := 1; r < n; r++ {
-		if !bytes.Equal(hosts[r*bootHostBytes:(r+1)*bootHostBytes], hosts[:bootHostBytes]) {
-			same = false
-		}
-	}
+// serveForMPI starts rank 0's store (for the process's life: goBoot) and
+// says where it is.
+func (w *World) serveForMPI(oneHost bool) bootMsg {
 	ip := "127.0.0.1"
-	if !same {
+	if !oneHost {
 		var err error
 		if ip, err = routableIPv4(w.id.Iface); err != nil {
 			return bootMsg{Err: err.Error()}
@@ -104,7 +133,7 @@ func (w *World) serveForMPI(hosts []byte, n int) bootMsg {
 	if err != nil {
 		return bootMsg{Err: err.Error()}
 	}
-	w.server = srv
+	goBoot.server = srv
 	_, port, _ := net.SplitHostPort(srv.Addr())
 	return bootMsg{Addr: net.JoinHostPort(ip, port), Secret: secret}
 }

@@ -73,6 +73,9 @@ var (
 // MPI when something else initialized it (mpi4py). It fails with
 // ErrUnsupported when MPI gives less than MPI_THREAD_MULTIPLE.
 func Init() error {
+	if finalized.Load() {
+		return errFinalized
+	}
 	initOnce.Do(func() {
 		var provided, we C.int
 		if rc := C.hvd_mpi_init(&provided, &we); rc != 0 {
@@ -98,14 +101,23 @@ func Init() error {
 // program leaves through os.Exit, which does not, and mpirun then reports
 // the rank as "exiting improperly": call it before exiting.
 func Finalize() {
-	if weInit {
+	if weInit && !finalized.Swap(true) {
 		C.hvd_mpi_finalize()
 	}
 }
 
+// finalized: Finalize ended MPI; later calls fail instead of calling into
+// a finalized MPI.
+var finalized atomic.Bool
+
+// errFinalized is what every call returns after Finalize.
+var errFinalized = fmt.Errorf("%w: MPI was finalized in this process (hvd finalizes it after a bootstrap on one host when nothing else needs MPI; a Go program that uses HVD_BACKEND=mpi or spans hosts calls sdk.FinalizeMPI only at exit)", backends.ErrUnsupported)
+
 // ThreadsSupported reports whether MPI was initialized with
 // MPI_THREAD_MULTIPLE (Horovod's mpi_threads_supported).
-func ThreadsSupported() bool { return Init() == nil && threads >= int(C.hvd_mpi_thread_multiple()) }
+func ThreadsSupported() bool {
+	return (Init() == nil || finalized.Load()) && threads >= int(C.hvd_mpi_thread_multiple())
+}
 
 // WorldRank returns this process's rank and size in MPI_COMM_WORLD.
 func WorldRank() (rank, size int, err error) {
