@@ -19,6 +19,7 @@ import os
 import secrets
 import socket
 import struct
+import sys
 
 # Variables that give the rendezvous store's address.
 STORE_VARS = ('HOROVOD_GLOO_RENDEZVOUS_ADDR', 'HOROVOD_GLOO_RENDEZVOUS_PORT', 'MASTER_ADDR', 'MASTER_PORT')
@@ -53,6 +54,11 @@ def needs_bootstrap(env=None):
 def import_mpi(why):
     """mpi4py's MPI module; ImportError saying what to install when it is
     missing."""
+    if 'mpi4py.MPI' not in sys.modules:
+        # Open MPI's SIGSEGV/SIGBUS handlers would replace those of the Go
+        # runtime already loaded with libhvd.so (as when the library
+        # initializes MPI itself, backends/mpi).
+        os.environ.setdefault('OMPI_MCA_opal_signal', '')
     try:
         from mpi4py import MPI
     except ImportError as e:
