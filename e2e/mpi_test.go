@@ -206,6 +206,31 @@ func TestMPIBuildPythonTorch(t *testing.T) {
 	}
 }
 
+// TestMPIBuildThreadLevel: the MPI data plane needs MPI_THREAD_MULTIPLE;
+// with mpi4py initialized at "serialized", hvd.init fails on every rank
+// at once, naming the level and what to do (no hang).
+func TestMPIBuildThreadLevel(t *testing.T) {
+	pythonPackage(t)
+	needMPI(t)
+	pkg := mpiPythonPackage(t)
+	script := "import mpi4py; mpi4py.rc.thread_level = 'serialized'\n" +
+		"from mpi4py import MPI\n" +
+		"import hvd.torch as hvd\n" +
+		"try:\n" +
+		"    hvd.init()\n" +
+		"except NotImplementedError as e:\n" +
+		"    print('rank %d refused: %s' % (MPI.COMM_WORLD.rank, e), flush=True)\n"
+	out, code := mpirun(t, time.Minute, 2, pyEnv(pkg, "HVD_BACKEND=mpi"), python, "-c", script)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, tail(out, 30))
+	}
+	for r := range 2 {
+		if want := fmt.Sprintf("rank %d refused: hvd: unsupported by backend: MPI provides thread level 2, but hvd's MPI data plane needs MPI_THREAD_MULTIPLE", r); !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, tail(out, 20))
+		}
+	}
+}
+
 // TestMPIBuildBootstrapWithoutMPI4py: the MPI build finds rank 0's store
 // through MPI itself (MPI_Allgather of host names, MPI_Bcast of the
 // address) when mpi4py is not there; the job then runs on the default
