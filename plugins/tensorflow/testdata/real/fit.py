@@ -86,6 +86,12 @@ m2.fit(xs, ys, batch_size=64, epochs=4, steps_per_epoch=2, callbacks=sched, verb
 want = [1.0, 1.0, 0.5, 0.5, 0.01, 0.01, 0.001, 0.001]
 assert np.allclose(rec2.lrs, want), rec2.lrs
 
+# ------------------------------------- a legacy Keras optimizer, the same way
+legacy = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(learning_rate=1.0))
+lw_var = tf.Variable(np.zeros(3, np.float32))
+legacy.apply_gradients([(tf.constant(np.full(3, R + 1.0, np.float32)), lw_var)])
+assert np.allclose(lw_var.numpy(), -sum(k + 1.0 for k in range(N)) / N), lw_var.numpy()
+
 # ------------------------------------------- MetricAverageCallback alone
 cb = hvd.callbacks.MetricAverageCallback()
 logs = {'loss': float(R), 'acc': 2.0 * R}
