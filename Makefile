@@ -106,6 +106,7 @@ test-mpi:
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) test-mpi
 
 # Go's race detector over the packages with concurrency of their own.
 race:
