@@ -173,7 +173,8 @@ type Engine struct {
 	// or a caller of Wait that found it only polling for work (drive) —
 	// so that the state below it (waiting, cache, coord, fusion, lastRound,
 	// lastStall, the planes) has one user at a time.
-	drv sync.Mutex
+	drv       sync.Mutex
+	wantDrive atomic.Int32 // callers trying to take drv (spinForWork lets go of it)
 
 	fusion    []byte
 	done      chan struct{}

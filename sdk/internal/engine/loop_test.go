@@ -197,3 +197,99 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// A caller that drives (WaitDriving, TryHold/DriveHeld) always gives the
+// engine back: also when its op completed between its last look and its
+// taking the engine (a round the engine goroutine ran), and when it held the
+// engine for an enqueue that failed. A leaked hold would stop the engine
+// goroutine from ever joining a peer's round again (a hang under hvdrun).
+// Many ops with the engine spinning, on one rank, then the engine still
+// runs rounds.
+func TestDrivingNeverKeepsTheEngine(t *testing.T) {
+	e, err := New(Config{Data: newSolo(), Control: newSolo(), CacheCapacity: 8, Spin: time.Millisecond, Library: "SOLO"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		closed := make(chan struct{})
+		go func() { e.Close(nil); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Error("Close hangs: the engine goroutine waits for an engine a driving caller kept")
+		}
+	}()
+	in := Tensor{Data: make([]byte, 4), DType: backends.Float32, Shape: []int64{1}}
+	stress := make(chan error, 1)
+	go func() { stress <- drivenOps(e, in, 2000) }()
+	select {
+	case err := <-stress:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("driven ops hang: a driving caller kept the engine")
+	}
+	// Deterministically: the hold taken for a handle that is already done.
+	done := &Op{Type: Allreduce, Name: "z", In: in, Out: in, ReduceOp: 1}
+	if err := e.Enqueue(done); err != nil {
+		t.Fatal(err)
+	}
+	<-done.Handle().Done()
+	take := func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for !e.TryHold() {
+			if time.Now().After(deadline) {
+				t.Fatal("the engine was never free to take")
+			}
+			time.Sleep(time.Microsecond)
+		}
+	}
+	take()
+	e.DriveHeld(done.Handle())
+	take()
+	e.DriveHeld(nil) // a hold for an enqueue that failed
+	// The engine goroutine still gets the engine: an op completes through it.
+	o := &Op{Type: Allreduce, Name: "y", In: in, Out: in, ReduceOp: 1}
+	if err := e.Enqueue(o); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-o.Handle().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the engine goroutine never ran the round: a driving caller kept the engine")
+	}
+	// And the hold is free now (the engine goroutine lets go between polls).
+	deadline := time.Now().Add(5 * time.Second)
+	for !e.TryHold() {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine was never free to take")
+		}
+	}
+	e.DriveHeld(nil)
+}
+
+// drivenOps runs n allreduces on e, half of them enqueued under a hold
+// (TryHold/DriveHeld), a third already completed before their driving wait.
+func drivenOps(e *Engine, in Tensor, n int) error {
+	for i := 0; i < n; i++ {
+		o := &Op{Type: Allreduce, Name: "x", In: in, Out: in, ReduceOp: 1}
+		held := i%2 == 0 && e.TryHold()
+		if err := e.Enqueue(o); err != nil {
+			if held {
+				e.DriveHeld(nil)
+			}
+			return err
+		}
+		if held {
+			e.DriveHeld(o.Handle())
+		}
+		if i%3 == 0 {
+			<-o.Handle().Done() // completed before the driving wait below looks
+		}
+		if err := o.Handle().WaitDriving(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
