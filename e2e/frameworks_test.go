@@ -155,10 +155,33 @@ func TestFrameworkTensorFlowInstalledRunsHorovodExamples(t *testing.T) {
 	fwPy := frameworkPython(t, "tensorflow")
 	dir := frameworkPlugins(t)
 	py := overlayVenv(t, fwPy)
-	out, err := hvdgenInstall(t, dir, nil, "--python", py, "tensorflow")
+	out, err := hvdgenInstall(t, dir, nil, "--provide-horovod", "--python", py, "tensorflow")
 	if err != nil || !strings.Contains(out, "found tensorflow 2.15.1") {
 		t.Fatalf("plugin install tensorflow: %v\n%s", err, out)
 	}
+	// --provide-horovod: unmodified Horovod imports resolve to hvd's modules.
+	t.Run("horovod_imports/np2", func(t *testing.T) {
+		script := filepath.Join(t.TempDir(), "unmodified.py")
+		src := `import tensorflow as tf
+import horovod.keras
+import horovod.tensorflow as hvd
+import horovod.tensorflow.keras as hvd_keras
+import hvd.tensorflow as real
+assert hvd is real and hvd_keras.__name__ == 'hvd.tensorflow.keras', (hvd.__name__, hvd_keras.__name__)
+assert hvd_keras.DistributedOptimizer is horovod.keras.DistributedOptimizer
+hvd.init()
+s = hvd.allreduce(tf.constant([hvd.rank() + 1.0]), op=hvd.Sum)
+print('rank %d horovod shim sum %.1f' % (hvd.rank(), float(s[0])), flush=True)
+`
+		if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := runInVenv(t, py, 2, time.Minute, script)
+		sameOnEveryRank(t, out, 2, `rank \d horovod shim sum (\S+)`)
+		if !strings.Contains(out, "horovod shim sum 3.0") {
+			t.Fatalf("want the sum 3.0 on both ranks:\n%s", tail(out, 20))
+		}
+	})
 	// np 3 only: TensorFlow takes seconds to trace the model, and the
 	// adapter's own tests run np 2 and 3.
 	for _, np := range []int{3} {
