@@ -69,12 +69,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if store.secret is not None:
             ts = self.headers.get(HEADER_TIMESTAMP, '')
             auth = self.headers.get(HEADER_AUTH, '')
+            if not auth:
+                return self._fail(401, 'no %s header; this store requires the job\'s secret key (HVD_SECRET_KEY)' % HEADER_AUTH)
             try:
                 skew = abs(time.time() - int(ts) / 1e9)
             except ValueError:
                 return self._fail(401, '%s %r is not a unix time in nanoseconds' % (HEADER_TIMESTAMP, ts))
-            if not auth:
-                return self._fail(401, 'no %s header; this store requires the job\'s secret key (HVD_SECRET_KEY)' % HEADER_AUTH)
             if skew > MAX_CLOCK_SKEW:
                 return self._fail(401, '%s is %.0f s away from the store\'s clock' % (HEADER_TIMESTAMP, skew))
             if not hmac.compare_digest(auth, sign(store.secret, method, self.path, ts, body)):
