@@ -137,6 +137,38 @@ func runInVenv(t *testing.T, py string, np int, timeout time.Duration, script st
 	return string(out)
 }
 
+// scaffoldRuns writes the project of `hvdgen init --framework fw` and runs
+// its `make run` with the venv's interpreter (PYTHON=, as its Makefile says),
+// which finds hvdrun in the venv's bin/; every rank must report identical
+// parameters and the loss must fall.
+func scaffoldRuns(t *testing.T, dir, py, fw string) {
+	t.Helper()
+	proj := filepath.Join(t.TempDir(), fw+"proj")
+	cmd := exec.Command(filepath.Join(dir, "hvdgen"), "-q", "init", "--framework", fw, proj)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hvdgen init --framework %s: %v\n%s", fw, err, out)
+	}
+	cmd = exec.Command("timeout", "-k", "5", "180", "make", "-C", proj, "run", "PYTHON="+py, "NP=2")
+	cmd.Env = append(os.Environ(), "PYTHONPATH=", "PYTHONDONTWRITEBYTECODE=1", "TF_CPP_MIN_LOG_LEVEL=2")
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	if err != nil {
+		t.Fatalf("make run: %v\n%s", err, tail(out, 40))
+	}
+	if n := strings.Count(out, "parameters identical on all 2 ranks"); n != 2 {
+		t.Fatalf("%d ranks report identical parameters, want 2:\n%s", n, tail(out, 40))
+	}
+	var losses []float64
+	for _, m := range regexp.MustCompile(`epoch \d+  loss ([0-9.]+)`).FindAllStringSubmatch(out, -1) {
+		var f float64
+		fmt.Sscan(m[1], &f)
+		losses = append(losses, f)
+	}
+	if len(losses) < 2 || !(losses[len(losses)-1] < losses[0]) {
+		t.Fatalf("loss did not fall: %v\n%s", losses, tail(out, 40))
+	}
+}
+
 // sameOnEveryRank checks that every rank printed re's first group, the same.
 func sameOnEveryRank(t *testing.T, out string, np int, re string) {
 	t.Helper()
@@ -195,6 +227,7 @@ print('rank %d horovod shim sum %.1f' % (hvd.rank(), float(s[0])), flush=True)
 			sameOnEveryRank(t, out, np, `rank \d weights digest (\S+)`)
 		})
 	}
+	t.Run("init_scaffold", func(t *testing.T) { scaffoldRuns(t, dir, py, "tensorflow") })
 	t.Run("keras_mnist/np2", func(t *testing.T) {
 		out := runInVenv(t, py, 2, 3*time.Minute, "testdata/frameworks/tensorflow2_keras_mnist.py",
 			"--epochs", "3", "--steps", "40")
@@ -223,6 +256,7 @@ func TestFrameworkMXNetInstalledRunsHorovodExample(t *testing.T) {
 	if err != nil || !strings.Contains(out, "found mxnet 1.9.1") {
 		t.Fatalf("plugin install mxnet: %v\n%s", err, out)
 	}
+	t.Run("init_scaffold", func(t *testing.T) { scaffoldRuns(t, dir, py, "mxnet") })
 	for _, np := range []int{2, 3} {
 		t.Run(fmt.Sprintf("mnist/np%d", np), func(t *testing.T) {
 			out := runInVenv(t, py, np, 3*time.Minute, "testdata/frameworks/mxnet_mnist.py",
