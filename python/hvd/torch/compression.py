@@ -1,4 +1,28 @@
-"""Gradient compression (horovod.torch.compression)."""
+"""Gradient compression (horovod.torch.compression), plus hvd's additions
+(issue 18): bf16, top-k sparsification with error feedback, and an
+adaptive policy that chooses a compressor per tensor.
+
+Horovod's compressors (none, fp16) and bf16 are casts: compress() gives
+the tensor to allreduce, decompress() restores it. Top-k is not a cast:
+ranks keep different elements, so it is reduced as two allgathers (the
+indices and the values of each rank's k largest accumulated elements),
+summed into a dense tensor; what a rank did not send this step stays in
+its residual and is added to the next step's gradient (error feedback), so
+nothing is lost, only delayed. It runs through DistributedOptimizer (which
+knows the parameter's name across steps), not through hvd.allreduce.
+
+The adaptive policy picks per tensor by size, name pattern or a callable:
+
+    hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                             compression=hvd.Compression.adaptive())
+
+is none for tensors under 1024 elements and for biases and norms, fp16 up to
+65536 elements, top-k (1 %) above; ``adaptive(rules=[('*.bias', none),
+(lambda name, t: t.numel() > 1e6, topk(0.001))], default=fp16)`` chooses
+explicitly (the first rule that matches wins).
+"""
+import fnmatch
+
 import torch
 
 from hvd.common.compression import Compressor, NoneCompressor  # noqa: F401
@@ -23,7 +47,134 @@ class FP16Compressor(Compressor):
         return tensor_decompressed
 
 
+class BF16Compressor(Compressor):
+    """Casts floating tensors to bfloat16 (float32's range, 8 bits of
+    mantissa) for the collective and back after."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating_point:
+            return tensor.type(torch.bfloat16), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor.type(ctx) if ctx.is_floating_point else tensor
+
+
+class TopKCompressor(Compressor):
+    """Top-k sparsification with error feedback: each step a rank sends its
+    k = ceil(ratio · numel) largest elements (by magnitude) of gradient +
+    residual, as indices and values through two allgathers, and keeps the
+    rest as the next step's residual. Floating tensors only; Sum or Average.
+    One instance keeps the residuals of every tensor it compresses, by name."""
+
+    sparse = True
+
+    def __init__(self, ratio=0.01):
+        if not 0 < ratio <= 1:
+            raise ValueError('hvd: top-k ratio must be in (0, 1], not %r' % (ratio,))
+        self.ratio = float(ratio)
+        self.residuals = {}
+
+    def __repr__(self):
+        return 'Compression.topk(%g)' % self.ratio
+
+    def k(self, numel):
+        return max(1, min(numel, int(-(-numel * self.ratio // 1))))
+
+    def wire_bytes(self, tensor):
+        """Bytes this rank sends for tensor (int32 indices and values)."""
+        return self.k(tensor.numel()) * (4 + tensor.element_size())
+
+    def compress(self, tensor):
+        raise NotImplementedError('hvd: top-k compression keeps a residual per tensor across steps: use it through '
+                                  'DistributedOptimizer(compression=...), not hvd.allreduce')
+
+    decompress = compress
+
+    def reduce_async(self, name, tensor, op, process_set, priority=0):
+        """Starts the reduction of tensor (named name on every rank); returns
+        a callable that waits and returns the reduced dense tensor."""
+        from hvd.torch.mpi_ops import Average, Sum, allgather_async, synchronize
+        if op not in (Average, Sum):
+            raise ValueError('hvd: top-k compression supports Average and Sum, not op %r' % (op,))
+        if not tensor.dtype.is_floating_point:
+            raise ValueError('hvd: top-k compression needs a floating tensor, not %s' % tensor.dtype)
+        flat = tensor.detach().reshape(-1)
+        res = self.residuals.get(name)
+        acc = flat + res if res is not None and res.shape == flat.shape else flat.clone()
+        k = self.k(acc.numel())
+        idx = torch.topk(acc.abs(), k, sorted=False).indices
+        vals = acc[idx]
+        acc[idx] = 0
+        self.residuals[name] = acc
+        hi = allgather_async(idx.to(torch.int32), name='%s.topk.idx' % name, process_set=process_set,
+                             priority=priority)
+        hv = allgather_async(vals, name='%s.topk.val' % name, process_set=process_set, priority=priority)
+        shape, numel, dtype = tensor.shape, flat.numel(), tensor.dtype
+        n = process_set.size() if process_set.size() is not None else 1
+
+        def wait():
+            out = torch.zeros(numel, dtype=dtype)
+            out.index_add_(0, synchronize(hi).to(torch.int64), synchronize(hv))
+            if op == Average:
+                out /= n
+            return out.view(shape)
+        return wait
+
+
+class AdaptiveCompression:
+    """A policy choosing a compressor per tensor (see the module doc):
+    rules are (matcher, compressor) pairs tried in order — a matcher is a
+    glob on the tensor's name, or a callable (name, tensor) -> bool — and
+    default applies when none matches. select() is called by
+    DistributedOptimizer for every gradient, by parameter name."""
+
+    def __init__(self, rules=None, default=None):
+        if rules is None:
+            rules = [(lambda name, t: t.numel() < 1024, NoneCompressor),
+                     ('*bias', NoneCompressor), ('*norm*', NoneCompressor), ('*bn*', NoneCompressor),
+                     (lambda name, t: t.numel() <= 65536, FP16Compressor)]
+            default = TopKCompressor(0.01) if default is None else default
+        self.rules = []
+        for matcher, comp in rules:
+            if not (isinstance(matcher, str) or callable(matcher)):
+                raise ValueError('hvd: an adaptive compression rule matches a name pattern (str) or a callable '
+                                 '(name, tensor) -> bool, not %r' % (matcher,))
+            self.rules.append((matcher, comp))
+        self.default = NoneCompressor if default is None else default
+
+    def select(self, name, tensor):
+        for matcher, comp in self.rules:
+            if (fnmatch.fnmatchcase(name or '', matcher) if isinstance(matcher, str) else matcher(name, tensor)):
+                return comp
+        return self.default
+
+    def compress(self, tensor):
+        raise NotImplementedError('hvd: adaptive compression chooses per named gradient: use it through '
+                                  'DistributedOptimizer(compression=...)')
+
+    decompress = compress
+
+
 class Compression:
     """Optional gradient compression algorithms used during allreduce."""
     none = NoneCompressor
     fp16 = FP16Compressor
+    bf16 = BF16Compressor
+
+    @staticmethod
+    def topk(ratio=0.01):
+        """Top-k with error feedback (DistributedOptimizer only)."""
+        return TopKCompressor(ratio)
+
+    @staticmethod
+    def adaptive(rules=None, default=None):
+        """A per-tensor policy (DistributedOptimizer only); see AdaptiveCompression."""
+        return AdaptiveCompression(rules, default)
+
+
+def select(compression, name, tensor):
+    """The compressor compression uses for this named tensor."""
+    return compression.select(name, tensor) if isinstance(compression, AdaptiveCompression) else compression

@@ -8,7 +8,7 @@ import torch
 from hvd.common.collectives import check_priority
 from hvd.common.ops import check_adasum
 from hvd.common.process_sets import global_process_set, set_id
-from hvd.torch.compression import Compression
+from hvd.torch.compression import AdaptiveCompression, Compression, TopKCompressor, select
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
                                sparse_allreduce_async, synchronize)
@@ -133,6 +133,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         if id(p) in grouped_parameter_ids:
                             raise ValueError('A parameter can only appear once in groups.')
                         grouped_parameter_ids.add(id(p))
+        if groups is not None and isinstance(compression, (AdaptiveCompression, TopKCompressor)):
+            raise ValueError('hvd: %s cannot be combined with groups (a group is one grouped allreduce; '
+                             'top-k gradients are reduced by allgathers)' % (compression,))
         self._groups = groups
         self._p_to_group = {}
         self._group_counts = {}
@@ -231,12 +234,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 return self._sparse_allreduce_grad_async(p, name)
 
-        tensor_compressed, ctx = self._compression.compress(tensor)
+        comp = select(self._compression, name, tensor)
+        if getattr(comp, 'sparse', False):
+            # Top-k with error feedback: two allgathers, a callable handle.
+            return comp.reduce_async(name, tensor, self.op, self.process_set, self._priority.get(p, 0)), None
+        tensor_compressed, ctx = comp.compress(tensor)
         prescale_factor, postscale_factor = self._scales()
         handle = allreduce_async_(tensor_compressed, name=name, op=self.op, prescale_factor=prescale_factor,
                                   postscale_factor=postscale_factor, process_set=self.process_set,
                                   priority=self._priority.get(p, 0))
-        return handle, (ctx, tensor_compressed)
+        return handle, (ctx, tensor_compressed, comp)
 
     def _grouped_allreduce_grad_async(self, ps):
         name = self._parameter_names.get(ps[0])
@@ -281,8 +288,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return hook
 
     def _decompressed(self, p, output, ctx):
-        ctx, compressed = ctx
-        return self._compression.decompress(output, ctx)
+        comp = ctx[2] if len(ctx) > 2 else self._compression
+        return comp.decompress(output, ctx[0])
 
     def synchronize(self):
         """Waits for every gradient's allreduce (launching the missing ones,
@@ -341,9 +348,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     else:
                         gp.grad.set_(out)
             elif callable(handle):
-                # Sparse allreduce: the handle is a callable.
+                # Sparse allreduce or top-k: the handle is a callable.
                 self._allreduce_delay[p] = self.backward_passes_per_step
-                p.grad = handle()
+                out = handle()
+                if p.grad.is_sparse or out.is_sparse:
+                    p.grad = out
+                else:
+                    p.grad.copy_(out)
             else:
                 output = synchronize(handle)
                 self._allreduce_delay[p] = self.backward_passes_per_step
@@ -497,7 +508,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     become ready, overlapping the backward pass).
 
     named_parameters: model.named_parameters(), names the allreduces;
-    compression: Compression.none or Compression.fp16;
+    compression: Compression.none, .fp16, .bf16, or (hvd's additions, issue 18) .topk(ratio), top-k with
+        error feedback, or .adaptive(rules, default), a compressor chosen per parameter by name pattern or size
+        (not with groups);
     backward_passes_per_step: local gradient accumulation before allreduce;
     op: Average (default), Sum, or Adasum: Horovod's delta optimizer — each rank's optimizer steps
         locally and the parameter changes are combined with Adasum (global set, power-of-two
