@@ -136,5 +136,9 @@ except (ValueError, hvd_tf.HorovodInternalError):
 else:
     raise AssertionError('allreduce on a removed set')
 
+if N == 2:  # point-to-point and IndexedSlices, in these processes
+    import runpy  # noqa: E402
+    runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'p2p.py'), run_name='p2p')
+
 hvd.shutdown()
 print('hvd.tensorflow.keras ok')

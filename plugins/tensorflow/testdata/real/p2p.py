@@ -1,7 +1,9 @@
 """hvd.tensorflow point-to-point and sparse allreduce against real
-TensorFlow under hvdrun -np 2 (the p2p pairs need exactly 2 ranks): isend,
-irecv, send, recv into templates and tf.Variables, poll, their errors, and
-IndexedSlices through allreduce and DistributedGradientTape(sparse_as_dense)."""
+TensorFlow at np 2 (the p2p pairs need exactly 2 ranks): isend, irecv,
+send, recv into templates and tf.Variables, poll, their errors, and
+IndexedSlices through allreduce and DistributedGradientTape(sparse_as_dense).
+fit.py runs it at np 2 in its own processes (TensorFlow's start-up is the
+cost); it also runs alone under hvdrun -np 2."""
 import numpy as np
 
 import tensorflow as tf
@@ -84,5 +86,6 @@ for bad, what in [(lambda: hvd.allreduce(tf.convert_to_tensor(np.ones(2, np.comp
     else:
         raise SystemExit('accepted: ' + what)
 
-print('rank %d: hvd.tensorflow smoke ok' % r, flush=True)
-hvd.shutdown()
+print('rank %d: hvd.tensorflow p2p ok' % r, flush=True)
+if __name__ == '__main__':
+    hvd.shutdown()
