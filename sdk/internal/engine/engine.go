@@ -175,6 +175,7 @@ type Engine struct {
 	// lastStall, the planes) has one user at a time.
 	drv       sync.Mutex
 	wantDrive atomic.Int32 // callers trying to take drv (spinForWork lets go of it)
+	polling   atomic.Bool  // the engine goroutine is in spinForWork (a caller may take drv)
 
 	fusion    []byte
 	done      chan struct{}

@@ -243,22 +243,28 @@ func (e *Engine) drive(h *Handle) {
 // and retaking the lock on every poll costs the engine goroutine wake-ups
 // when nobody wants it (measured: 1.5× the context switches of a batch of
 // async ops).
+//
+// It does not yield while it tries: for a caller locked to its thread
+// (libhvd's), every runtime.Gosched is a hand-off to another thread and
+// back, the very cost driving avoids. And it does not try at all while
+// the engine goroutine is not polling (asleep in Idle, in a round, or
+// never spinning because ranks outnumber cores).
 func (e *Engine) takeDrive() bool {
 	if e.drv.TryLock() {
 		return true
 	}
+	if !e.polling.Load() {
+		return false
+	}
 	e.wantDrive.Add(1)
 	defer e.wantDrive.Add(-1)
 	deadline := time.Now().Add(5 * time.Microsecond)
-	for {
-		runtime.Gosched()
+	for e.polling.Load() && time.Now().Before(deadline) {
 		if e.drv.TryLock() {
 			return true
 		}
-		if time.Now().After(deadline) {
-			return false
-		}
 	}
+	return e.drv.TryLock()
 }
 
 // TryHold takes the right to run the engine's rounds if the engine
@@ -373,6 +379,8 @@ func (e *Engine) tl() *timeline.Timeline {
 // goroutine then blocks on e.drv until that round is over, instead of
 // spinning beside it.
 func (e *Engine) spinForWork() bool {
+	e.polling.Store(true)
+	defer e.polling.Store(false)
 	deadline := time.Now().Add(e.cfg.Spin)
 	for time.Now().Before(deadline) {
 		if e.queued.Load() {
