@@ -40,9 +40,18 @@ func TestEnginesStartupBench(t *testing.T) {
 		results[name] = append(results[name], v)
 	}
 	firstRe := regexp.MustCompile(`first_collective=([\d.]+)`)
-	// script launchers: wall clock before exec -> latest first_collective
-	script := func(name string, env []string, argv ...string) {
-		for i := 0; i < reps; i++ {
+	// script launchers, run round-robin (one run of each per round, so that
+	// the load of a shared machine drifts over all of them alike): wall
+	// clock before exec -> the later rank's first_collective.
+	type launcher struct {
+		name string
+		env  []string
+		argv []string
+	}
+	var launchers []launcher
+	runOnce := func(l launcher, i int) {
+		name, env, argv := l.name, l.env, l.argv
+		{
 			cmd := exec.Command(argv[0], argv[1:]...)
 			cmd.Env = append(os.Environ(), env...)
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -65,7 +74,7 @@ func TestEnginesStartupBench(t *testing.T) {
 				if _, ok := results[name]; !ok {
 					order, results[name] = append(order, name), nil
 				}
-				continue
+				return
 			}
 			out := buf.Bytes()
 			if err != nil {
@@ -80,17 +89,22 @@ func TestEnginesStartupBench(t *testing.T) {
 		}
 	}
 	py := pyEnv(pkg)
-	script("hvdrun -np 2", py, bin("hvdrun"), "-np", "2", python, train, "--steps", "1")
+	launchers = append(launchers, launcher{"hvdrun -np 2", py, []string{bin("hvdrun"), "-np", "2", python, train, "--steps", "1"}})
 	port := strconv.Itoa(freePort(t))
-	script("torch-style env (PyTorchJob), 2 processes", py, "sh", "-c",
-		"MASTER_ADDR=127.0.0.1 MASTER_PORT="+port+" WORLD_SIZE=2 RANK=1 "+python+" "+train+" --steps 1 & "+
-			"MASTER_ADDR=127.0.0.1 MASTER_PORT="+port+" WORLD_SIZE=2 RANK=0 "+python+" "+train+" --steps 1; wait")
+	launchers = append(launchers, launcher{"torch-style env (PyTorchJob), 2 processes", py, []string{"sh", "-c",
+		"MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " WORLD_SIZE=2 RANK=1 " + python + " " + train + " --steps 1 & " +
+			"MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " WORLD_SIZE=2 RANK=0 " + python + " " + train + " --steps 1; wait"}})
 	if _, err := exec.LookPath("mpirun"); err == nil {
-		script("mpirun -np 2 (MPI bootstrap)", py, "mpirun", "--allow-run-as-root", "-np", "2", "--oversubscribe", python, train, "--steps", "1")
+		launchers = append(launchers, launcher{"mpirun -np 2 (MPI bootstrap)", py, []string{"mpirun", "--allow-run-as-root", "-np", "2", "--oversubscribe", python, train, "--steps", "1"}})
 	}
 	if _, err := exec.LookPath("slurmctld"); err == nil && os.Geteuid() == 0 {
 		c := startSlurm(t)
-		script("srun -n 2", append(py, c.env...), "srun", "-n", "2", python, train, "--steps", "1")
+		launchers = append(launchers, launcher{"srun -n 2", append(py, c.env...), []string{"srun", "-n", "2", python, train, "--steps", "1"}})
+	}
+	for i := 0; i < reps; i++ {
+		for _, l := range launchers {
+			runOnce(l, i)
+		}
 	}
 	if ep := enginesPythonOrEmpty(); ep != "" {
 		driver := filepath.Join(t.TempDir(), "driver.py")
@@ -102,7 +116,7 @@ func TestEnginesStartupBench(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s driver: %v\n%s", eng, err, tail(string(out), 40))
 			}
-			for _, m := range regexp.MustCompile(`(?m)^bench (.+?) call=(\d+) overhead=([\d.]+)$`).FindAllStringSubmatch(string(out), -1) {
+			for _, m := range regexp.MustCompile(`bench (.+?) call=(\d+) overhead=([\d.]+)`).FindAllStringSubmatch(string(out), -1) {
 				v, _ := strconv.ParseFloat(m[3], 64)
 				name := m[1] + " (first call)"
 				if m[2] != "0" {
