@@ -227,6 +227,21 @@ func TestSlurm(t *testing.T) {
 		out, _ := os.ReadFile(outFile)
 		checkTrain(t, string(out), 2)
 	})
+	t.Run("sbatch-python-without-srun", func(t *testing.T) {
+		// The batch script itself is one process, not a step's task: hvd
+		// must run it as rank 0 of 1, not wait for a second rank.
+		outFile := filepath.Join(c.dir, "sbatch-plain.out")
+		script := filepath.Join(c.dir, "job-plain.sh")
+		os.WriteFile(script, []byte("#!/bin/sh\n#SBATCH -n 2\nenv | grep ^SLURM_ | sort\n"+python+" "+train+"\n"), 0o755)
+		cmd := c.cmd("sbatch", "--wait", "-o", outFile, script)
+		cmd.Env = append(cmd.Env, pyEnv(pkg)...)
+		res, err := cmd.CombinedOutput()
+		out, _ := os.ReadFile(outFile)
+		if err != nil {
+			t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, res, out)
+		}
+		checkTrain(t, string(out), 1)
+	})
 	t.Run("sbatch-hvdrun", func(t *testing.T) {
 		// hvdrun in the allocation: no -H, the hosts come from
 		// SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE.

@@ -38,7 +38,17 @@ func SlurmStorePort(jobID, stepID string) int {
 // Rank 0 checks that it runs on that node (SLURMD_NODENAME) and that the
 // port is free, so that a collision or an arbitrary distribution is an error
 // naming the fix (MASTER_ADDR/MASTER_PORT) instead of a rendezvous timeout.
+//
+// A batch script (sbatch) is not a step's task although Slurm gives it
+// SLURM_PROCID=0 and the job's SLURM_NTASKS: with no step variable
+// (SLURM_STEP_ID, SLURM_STEPID, SLURM_STEP_NUM_TASKS) and no store
+// variable, the process runs alone, rank 0 of 1, as in an salloc shell.
 func (e env) slurmStore(id *Identity) (bool, error) {
+	if id.Rank == 0 && !e.has("SLURM_STEP_ID") && !e.has("SLURM_STEPID") && !e.has("SLURM_STEP_NUM_TASKS") {
+		id.Rank, id.Size, id.LocalRank, id.LocalSize, id.CrossRank, id.CrossSize = 0, 1, 0, 1, 0, 1
+		id.Source = SourceDefault
+		return true, nil
+	}
 	listVar, list := "", ""
 	for _, v := range []string{"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"} {
 		if s, ok := e.str(v); ok {

@@ -181,3 +181,21 @@ func TestSlurmStorePortTaken(t *testing.T) {
 		t.Fatalf("rank 1: %v", err)
 	}
 }
+
+// The batch script of an sbatch job: SLURM_PROCID=0 and the job's task
+// count, but no step: one process.
+func TestSlurmBatchScriptRunsAlone(t *testing.T) {
+	batch := map[string]string{
+		"HOROVOD_HOSTNAME": "h", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_NPROCS": "2", "SLURM_LOCALID": "0",
+		"SLURM_NODEID": "0", "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_ID": "1", "SLURM_JOB_NODELIST": "vm", "SLURM_GTIDS": "0",
+	}
+	id, err := DetectIdentity(mapEnv(batch))
+	if err != nil || id.Rank != 0 || id.Size != 1 || id.LocalSize != 1 || id.CrossSize != 1 || id.StoreAddr != "" || id.ServeStore || id.Source != SourceDefault {
+		t.Fatalf("batch script: %+v, %v; want rank 0 of 1 without a store", id, err)
+	}
+	// the same variables in an srun task are a step of 2
+	batch["SLURM_STEP_ID"] = "0"
+	if id, err := DetectIdentity(mapEnv(batch)); err != nil || id.Size != 2 || id.Source != SourceSlurm || id.StoreAddr == "" {
+		t.Fatalf("srun task: %+v, %v", id, err)
+	}
+}
