@@ -1,8 +1,9 @@
 """hvd.mxnet against real MXNet under hvdrun -np 2 and -np 3: every
 collective against expected values, a static process set that excludes the
-last rank, errors, zero copy, DistributedOptimizer, and a Gluon training run
+last rank, errors, zero copy, DistributedOptimizer, a Gluon training run
 with DistributedTrainer whose weights end identical on every rank and whose
-loss falls. One process per rank runs everything."""
+loss falls, then (re-initialized in dynamic mode) dynamic process sets. One
+process per rank runs everything."""
 import ctypes
 import os
 
@@ -161,6 +162,23 @@ tr = hvd.DistributedTrainer([p], mx.optimizer.SGD(learning_rate=1.0), compressio
 tr.step(1)
 assert eq(p.data(), np.full(2, -MEAN1)), p.data()
 raises(ValueError, lambda: hvd.broadcast_parameters([1, 2]), 'a list of parameters')
+
+# ------------------------- dynamic process sets, after a re-init in this process
+hvd.shutdown()
+hvd.init(process_sets='dynamic')
+assert hvd.size() == N and hvd.rank() == R
+pair = hvd.add_process_set([0, N - 1] if N > 2 else [0])
+if pair.included():
+    t = nd([1.0])
+    hvd.allreduce_(t, average=False, process_set=pair, name='dyn')
+    assert t.asnumpy().tolist() == [float(pair.size())]
+else:
+    msg = raises((ValueError, hvd.HorovodInternalError), lambda: hvd.allreduce(nd([1.0]), process_set=pair),
+                 'outside a dynamic set')
+    assert 'rank %d' % R in msg, msg
+hvd.remove_process_set(pair)
+raises((ValueError, hvd.HorovodInternalError), lambda: hvd.allreduce(nd([1.0]), process_set=pair), 'removed set')
+assert eq(hvd.allreduce(nd([1.0]), average=False, name='after.dyn'), [N])
 
 hvd.shutdown()
 print('hvd.mxnet api ok')
