@@ -185,6 +185,30 @@ func (c *slurmCluster) run(t *testing.T, pkg string, timeout time.Duration, name
 	return string(out)
 }
 
+// sbatch submits script and waits for the job to end (polling scontrol
+// every 100 ms: sbatch --wait polls every 10 s), then returns its output
+// file; a job that did not complete is fatal, with its output.
+func (c *slurmCluster) sbatch(t *testing.T, pkg, script string) string {
+	t.Helper()
+	outFile := script + ".out"
+	id := strings.TrimSpace(c.run(t, pkg, 30*time.Second, "sbatch", "--parsable", "-o", outFile, script))
+	state := ""
+	for end := time.Now().Add(90 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		out, _ := c.cmd("scontrol", "show", "job", "-o", id).CombinedOutput()
+		if m := regexp.MustCompile(`JobState=(\w+)`).FindSubmatch(out); m != nil {
+			state = string(m[1])
+		}
+		if state != "" && state != "PENDING" && state != "RUNNING" && state != "CONFIGURING" && state != "COMPLETING" {
+			break
+		}
+	}
+	data, _ := os.ReadFile(outFile)
+	if state != "COMPLETED" {
+		t.Fatalf("sbatch job %s: state %q\njob output:\n%s\n%s", id, state, data, c.logs())
+	}
+	return string(data)
+}
+
 var trainLine = regexp.MustCompile(`hvd-train rank=(\d+) size=(\d+) local_rank=(\d+) first_collective=([\d.]+) loss=([\d.]+) weights=(\w+)`)
 
 // checkTrain asserts that every rank 0..np-1 printed exactly one result
@@ -220,38 +244,25 @@ func TestSlurm(t *testing.T) {
 		checkTrain(t, c.run(t, pkg, 90*time.Second, "srun", "-n", "3", python, train), 3)
 	})
 	t.Run("sbatch-srun", func(t *testing.T) {
-		outFile := filepath.Join(c.dir, "sbatch-srun.out")
 		script := filepath.Join(c.dir, "job.sh")
 		os.WriteFile(script, []byte("#!/bin/sh\n#SBATCH -n 2\nsrun "+python+" "+train+"\n"), 0o755)
-		c.run(t, pkg, 90*time.Second, "sbatch", "--wait", "-o", outFile, script)
-		out, _ := os.ReadFile(outFile)
-		checkTrain(t, string(out), 2)
+		checkTrain(t, c.sbatch(t, pkg, script), 2)
 	})
 	t.Run("sbatch-python-without-srun", func(t *testing.T) {
 		// The batch script itself is one process, not a step's task: hvd
 		// must run it as rank 0 of 1, not wait for a second rank.
-		outFile := filepath.Join(c.dir, "sbatch-plain.out")
 		script := filepath.Join(c.dir, "job-plain.sh")
 		os.WriteFile(script, []byte("#!/bin/sh\n#SBATCH -n 2\nenv | grep ^SLURM_ | sort\n"+python+" "+train+"\n"), 0o755)
-		cmd := c.cmd("sbatch", "--wait", "-o", outFile, script)
-		cmd.Env = append(cmd.Env, pyEnv(pkg)...)
-		res, err := cmd.CombinedOutput()
-		out, _ := os.ReadFile(outFile)
-		if err != nil {
-			t.Fatalf("sbatch: %v\n%s\njob output:\n%s", err, res, out)
-		}
-		checkTrain(t, string(out), 1)
+		checkTrain(t, c.sbatch(t, pkg, script), 1)
 	})
 	t.Run("sbatch-hvdrun", func(t *testing.T) {
 		// hvdrun in the allocation: no -H, the hosts come from
 		// SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE.
-		outFile := filepath.Join(c.dir, "sbatch-hvdrun.out")
 		script := filepath.Join(c.dir, "job-hvdrun.sh")
 		os.WriteFile(script, []byte("#!/bin/sh\n#SBATCH -n 3\n"+bin("hvdrun")+" -np 3 "+python+" "+train+"\n"), 0o755)
-		c.run(t, pkg, 90*time.Second, "sbatch", "--wait", "-o", outFile, script)
-		out, _ := os.ReadFile(outFile)
-		checkTrain(t, string(out), 3)
-		if !strings.Contains(string(out), "[2]<stdout>:hvd-train") {
+		out := c.sbatch(t, pkg, script)
+		checkTrain(t, out, 3)
+		if !strings.Contains(out, "[2]<stdout>:hvd-train") {
 			t.Fatalf("no hvdrun prefixes: %s", out)
 		}
 	})
