@@ -232,3 +232,15 @@ def test_bad_arguments(cluster):
         RayExecutor(RayExecutor.create_settings(), num_workers=2, gpus_per_worker=1)
     with pytest.raises(RuntimeError):
         RayExecutor(RayExecutor.create_settings(), num_workers=2).run(train)
+
+
+def test_num_hosts_spreads_over_nodes(cluster):
+    ex = RayExecutor(RayExecutor.create_settings(placement_group_timeout_s=30), num_hosts=2, num_workers_per_host=1)
+    ex.start()
+    try:
+        nodes = ex.run(lambda: ray.get_runtime_context().get_node_id())
+        assert len(set(nodes)) == 2, nodes
+        assert [r[0] for r in ex.run(train, args=(2,))] == [0, 1]
+    finally:
+        ex.shutdown()
+    assert _wait_cpus(2) == 2

@@ -13,6 +13,7 @@ start_timeout; at the end no process started here is left.
 """
 import io
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -220,3 +221,24 @@ def test_bad_arguments(sc):
         hvd.spark.run(train, num_proc=0)
     with pytest.raises(ValueError):
         hvd.spark.run(train, num_proc=2, nics=['lo', 'eth0'])
+
+
+def _env_probe(name):
+    import os
+    print('probe')
+    return os.environ.get(name), os.environ.get('HOROVOD_RANK')
+
+
+def test_env_output_timestamps(sc):
+    if sc.mode != 'local':
+        pytest.skip('local mode covers it')
+    out = io.StringIO()
+    res = hvd.spark.run(_env_probe, args=('HVD_TEST_SPARK_ENV',), num_proc=2, env={'HVD_TEST_SPARK_ENV': 'yes'},
+                        stdout=out, prefix_output_with_timestamp=True)
+    assert res == [('yes', '0'), ('yes', '1')], res
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 and all(re.match(r'^\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4} \[[01]\]<stdout>:probe$', ln)
+                                   for ln in lines), lines
+    # the variables are the run's only: the reused Python workers do not keep them
+    assert hvd.spark.run(_env_probe, args=('HVD_TEST_SPARK_ENV',), num_proc=2, stdout=io.StringIO()) == [
+        (None, '0'), (None, '1')]
