@@ -234,6 +234,9 @@ func checkTrain(t *testing.T, out string, np int) {
 }
 
 func TestSlurm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real engine (about a minute): not in -short")
+	}
 	pkg := pythonPackage(t)
 	c := startSlurm(t)
 	train, _ := filepath.Abs("../examples/k8s/train.py")

@@ -50,6 +50,9 @@ func enginesPytest(t *testing.T, py, file string, timeout time.Duration, extraEn
 }
 
 func TestSpark(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real engine (about a minute): not in -short")
+	}
 	py := enginesPython(t, "pyspark")
 	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
 		t.Skip("no java (apt-get install openjdk-17-jre-headless; .ci/setup.d/20-engines.sh does)")
@@ -59,6 +62,9 @@ func TestSpark(t *testing.T) {
 }
 
 func TestRay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real engine (about a minute): not in -short")
+	}
 	py := enginesPython(t, "ray")
 	out := enginesPytest(t, py, "python/tests/test_ray.py", 5*time.Minute)
 	t.Log(tail(out, 12))
