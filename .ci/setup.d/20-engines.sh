@@ -33,8 +33,13 @@ if ! "$VENV/bin/python" -c 'import pyspark, ray, torch' >/dev/null 2>&1; then
   echo "20-engines: creating $VENV (pyspark==$PYSPARK_VERSION ray==$RAY_VERSION)"
   mkdir -p "$CACHE"
   rm -rf "$VENV"
+  # Every package the venv adds over Debian's, pinned to what the tests
+  # passed with (ray's dependencies are otherwise open-ended).
+  printf '%s\n' aiosignal==1.4.0 filelock==4.3.1 frozenlist==1.8.0 jsonschema==4.26.0 \
+    jsonschema-specifications==2025.9.1 msgpack==1.2.4 protobuf==7.36.2 py4j==0.10.9.7 \
+    referencing==0.37.0 rpds-py==2026.9.1 > "$CACHE/engines-constraints.txt"
   /usr/bin/python3 -m venv --system-site-packages "$VENV" \
-    && "$VENV/bin/python" -m pip install -q --disable-pip-version-check \
+    && "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$CACHE/engines-constraints.txt" \
          "pyspark==$PYSPARK_VERSION" "ray==$RAY_VERSION" \
     || { echo "20-engines: pip install into $VENV failed: the Spark/Ray tests will skip"; rm -rf "$VENV"; }
 fi
