@@ -244,7 +244,7 @@ func (e *Engine) drive(h *Handle) {
 // when nobody wants it (measured: 1.5× the context switches of a batch of
 // async ops).
 //
-// It does not yield while it tries: for a caller locked to its thread
+// It busy-waits (at most 20 µs), without yielding: for a caller locked to its thread
 // (libhvd's), every runtime.Gosched is a hand-off to another thread and
 // back, the very cost driving avoids. And it does not try at all while
 // the engine goroutine is not polling (asleep in Idle, in a round, or
@@ -258,7 +258,7 @@ func (e *Engine) takeDrive() bool {
 	}
 	e.wantDrive.Add(1)
 	defer e.wantDrive.Add(-1)
-	deadline := time.Now().Add(5 * time.Microsecond)
+	deadline := time.Now().Add(20 * time.Microsecond)
 	for e.polling.Load() && time.Now().Before(deadline) {
 		if e.drv.TryLock() {
 			return true
@@ -398,8 +398,12 @@ func (e *Engine) spinForWork() bool {
 			runtime.Gosched()
 			continue
 		}
+		// Hand the engine to the asking caller: let go until it took it
+		// (or gave up), then wait for its round to end.
 		e.drv.Unlock()
-		runtime.Gosched()
+		for e.wantDrive.Load() > 0 {
+			runtime.Gosched()
+		}
 		e.drv.Lock()
 		if e.halted.Load() { // not e.mu: an enqueuing caller holds it, and would park
 			return true // the loop sees it

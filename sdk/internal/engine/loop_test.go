@@ -251,6 +251,20 @@ func TestDrivingNeverKeepsTheEngine(t *testing.T) {
 	e.DriveHeld(done.Handle())
 	take()
 	e.DriveHeld(nil) // a hold for an enqueue that failed
+	// A holder runs its op's round itself (CallerRounds), and gives the
+	// engine back.
+	take()
+	before := e.Stats().CallerRounds
+	mine := &Op{Type: Allreduce, Name: "w", In: in, Out: in, ReduceOp: 1}
+	if err := e.Enqueue(mine); err != nil {
+		e.DriveHeld(nil)
+		t.Fatal(err)
+	}
+	e.DriveHeld(mine.Handle())
+	if !mine.Handle().Poll() || e.Stats().CallerRounds == before {
+		t.Fatalf("the holder did not run its op's round (done %v, caller rounds %d → %d)",
+			mine.Handle().Poll(), before, e.Stats().CallerRounds)
+	}
 	// The engine goroutine still gets the engine: an op completes through it.
 	o := &Op{Type: Allreduce, Name: "y", In: in, Out: in, ReduceOp: 1}
 	if err := e.Enqueue(o); err != nil {
