@@ -15,13 +15,15 @@ import (
 
 func TestPackage(t *testing.T) {
 	set := plugintest.Contract(t, adapter{}, "pytorch", "torch")
-	// The package is python/hvd's __init__, common, runner and torch, byte for byte.
+	// The package is python/hvd's __init__, common, runner, the engines
+	// (spark, ray) and torch, byte for byte.
 	want := 0
 	err := fs.WalkDir(python.FS(), "hvd", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		if p != "hvd/__init__.py" && !strings.HasPrefix(p, "hvd/common/") && !strings.HasPrefix(p, "hvd/runner/") && !strings.HasPrefix(p, "hvd/torch/") {
+		if p != "hvd/__init__.py" && !strings.HasPrefix(p, "hvd/common/") && !strings.HasPrefix(p, "hvd/runner/") && !strings.HasPrefix(p, "hvd/torch/") &&
+			!strings.HasPrefix(p, "hvd/spark/") && !strings.HasPrefix(p, "hvd/ray/") {
 			if _, ok := set.Lookup(p); ok {
 				t.Errorf("%s should not be in the pytorch package", p)
 			}
