@@ -26,8 +26,16 @@ func (ps *ProcessSet) AllreduceIntoAsync(t, out Tensor, o ReduceOptions) (*Handl
 // synchronous allreduce): when the set's engine is only polling for work,
 // the calling goroutine runs the op's negotiation round and collective
 // itself, and the engine goroutine cannot start that round in between.
+//
+// Only with HVD_CALLER_ROUNDS=1; otherwise it is AllreduceIntoAsync then
+// Wait (measured here: faster at np 4 on 2 cores, slower at np 2 while other
+// processes loaded the machine — issue 18's notes in docs/performance.md).
 func (ps *ProcessSet) AllreduceIntoDriving(t, out Tensor, o ReduceOptions) error {
-	held := ps != nil && ps.eng != nil && ps.eng.TryHold()
+	if ps == nil || ps.w == nil || !ps.w.knobs.callerDrive {
+		_, err := wait(ps.AllreduceIntoAsync(t, out, o))
+		return err
+	}
+	held := ps.eng != nil && ps.eng.TryHold()
 	h, err := ps.AllreduceIntoAsync(t, out, o)
 	if held {
 		var eh *engine.Handle

@@ -166,7 +166,7 @@ func TestPriorityOutOfRange(t *testing.T) {
 // instead of hanging.
 func TestAllreduceIntoDriving(t *testing.T) {
 	const n = 2
-	ws := mustWorlds(t, n, worldOpts{env: map[string]string{"HVD_SPIN_US": "5000"}})
+	ws := mustWorlds(t, n, worldOpts{env: map[string]string{"HVD_SPIN_US": "5000", "HVD_CALLER_ROUNDS": "1"}})
 	each(t, ws, func(w *World) error {
 		g := w.GlobalProcessSet()
 		for i := 0; i < 300; i++ {
