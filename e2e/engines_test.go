@@ -61,12 +61,26 @@ func TestSpark(t *testing.T) {
 	t.Log(tail(out, 20))
 }
 
+// TestSparkElastic: hvd.spark.run_elastic in local[3] (a worker killed
+// mid-training, min_num_proc not met).
+func TestSparkElastic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real engine: not in -short")
+	}
+	py := enginesPython(t, "pyspark")
+	if _, err := exec.LookPath("java"); err != nil && os.Getenv("JAVA_HOME") == "" {
+		t.Skip("no java (apt-get install openjdk-17-jre-headless; .ci/setup.d/20-engines.sh does)")
+	}
+	out := enginesPytest(t, py, "python/tests/test_spark_elastic.py", 3*time.Minute, "HVD_HVDRUN="+bin("hvdrun"))
+	t.Log(tail(out, 10))
+}
+
 func TestRay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real engine (about a minute): not in -short")
 	}
 	py := enginesPython(t, "ray")
-	out := enginesPytest(t, py, "python/tests/test_ray.py", 5*time.Minute)
+	out := enginesPytest(t, py, "python/tests/test_ray.py", 5*time.Minute, "HVD_HVDRUN="+bin("hvdrun"))
 	t.Log(tail(out, 12))
 }
 

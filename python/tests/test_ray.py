@@ -244,3 +244,74 @@ def test_num_hosts_spreads_over_nodes(cluster):
     finally:
         ex.shutdown()
     assert _wait_cpus(2) == 2
+
+
+# ElasticRayExecutor: half a CPU per slot, so the two one-CPU nodes hold 4
+# slots.
+from hvd.ray import ElasticRayExecutor  # noqa: E402
+from hvd.runner import RunError  # noqa: E402
+
+from test_spark_fns import elastic_train  # noqa: E402
+
+
+def _check_trace(res, steps, kill_at, commit_every):
+    for _, _, _, trace, batch in res:
+        assert batch == steps, res
+    # the oldest survivor (rank 0) went through the world of 3 to the kill,
+    # then on from the last commit
+    trace = res[0][3]
+    first2 = [i for i, (_, s) in enumerate(trace) if s == 2][0]
+    last_commit = kill_at // commit_every * commit_every
+    assert trace[:first2] == [(b, 3) for b in range(kill_at)], trace
+    assert trace[first2][0] == last_commit, trace
+
+
+def test_elastic_killed_worker(cluster):
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=3, elastic_timeout=20, timeout_s=60)
+    ex = ElasticRayExecutor(settings, cpus_per_slot=0.5)
+    ex.start()
+    t0 = time.time()
+    res = ex.run(lambda: elastic_train(20, 12, 5, 3))
+    print('ElasticRayExecutor with a killed worker took %.2f s' % (time.time() - t0))
+    assert [r[0] for r in res] == [0, 1] and all(r[1] == 2 for r in res), res
+    assert res[0][2] == res[1][2], 'weights differ on the finishing ranks: %s' % res
+    _check_trace(res, 20, 12, 5)
+    assert _wait_cpus(2) == 2, 'run left CPUs in use: %s' % ray.available_resources()
+
+
+def test_elastic_lost_actor_replaced(cluster):
+    # rank 2 kills its agent actor (a lost host); the executor starts a new
+    # actor on the free slot and hvdrun grows the world back to 3
+    marker = tempfile.mktemp(prefix='hvd-ray-elastic-')
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=3, elastic_timeout=20, timeout_s=60)
+    ex = ElasticRayExecutor(settings, cpus_per_slot=0.5)
+    ex.start()
+    t0 = time.time()
+    try:
+        res = ex.run(lambda: elastic_train(80, 8, 4, 3, marker, True, 0.1))
+    finally:
+        if os.path.exists(marker):
+            os.unlink(marker)
+    print('ElasticRayExecutor with a lost actor took %.2f s' % (time.time() - t0))
+    assert [r[0] for r in res] == [0, 1, 2] and all(r[1] == 3 for r in res), res
+    assert res[0][2] == res[1][2] == res[2][2], 'weights differ on the finishing ranks: %s' % res
+    trace = res[0][3]
+    sizes = [s for _, s in trace]
+    assert 2 in sizes and sizes[-1] == 3, trace
+    assert all(r[4] == 80 for r in res)
+    assert _wait_cpus(2) == 2, 'run left CPUs in use: %s' % ray.available_resources()
+
+
+def test_elastic_min_num_proc_not_met(cluster):
+    settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=2, elastic_timeout=3, timeout_s=60)
+    ex = ElasticRayExecutor(settings, cpus_per_slot=1)
+    ex.start()
+    t0 = time.time()
+    with pytest.raises(RunError) as info:
+        ex.run(lambda: elastic_train(20, 3, 5, 2))
+    took = time.time() - t0
+    assert 'fewer than --min-np 2' in str(info.value), str(info.value)
+    assert took < 45, took
+    assert _wait_cpus(2) == 2
+    with pytest.raises(ValueError):
+        ElasticRayExecutor.create_settings(min_num_proc=3, max_num_proc=2)

@@ -42,14 +42,15 @@ closes the store.
 
 Not supported: the elastic arguments (``min_workers``, ``max_workers``,
 ``reset_limit``, ``cooldown_range``, ``elastic_timeout``,
-``override_discovery``) raise ValueError; ``ssh_identity_file``/``ssh_str``
+``override_discovery``) raise ValueError (the elastic form is
+:class:`ElasticRayExecutor`, hvd.ray.elastic); ``ssh_identity_file``/``ssh_str``
 are accepted and unused (hvd needs no ssh under Ray).
 """
 import os
 import socket
 import time
 
-__all__ = ['RayExecutor', 'RayExecutorSettings']
+__all__ = ['RayExecutor', 'RayExecutorSettings', 'ElasticRayExecutor', 'ElasticRaySettings']
 
 
 FAILURE_GRACE = 2.0  # seconds
@@ -150,8 +151,8 @@ class RayExecutor:
         elastic = {k: v for k, v in dict(min_workers=min_workers, max_workers=max_workers, reset_limit=reset_limit,
                                            cooldown_range=cooldown_range).items() if v is not None}
         if elastic:
-            raise ValueError('hvd.ray.RayExecutor: the elastic arguments %s are not supported yet: run a fixed '
-                             'number of workers' % sorted(elastic))
+            raise ValueError('hvd.ray.RayExecutor: the elastic arguments %s are not supported by RayExecutor: '
+                             'use hvd.ray.ElasticRayExecutor for an elastic job' % sorted(elastic))
         if settings is None:
             settings = RayExecutorSettings()
         if (num_workers is None) == (num_hosts is None):
@@ -344,3 +345,6 @@ class RayExecutor:
         if self._server is not None:
             self._server.close()
             self._server = None
+
+
+from hvd.ray.elastic import ElasticRayExecutor, ElasticRaySettings  # noqa: E402  (uses _ray above)

@@ -47,7 +47,7 @@ import uuid
 from hvd.spark import store as _store
 from hvd.spark import worker
 
-__all__ = ['run']
+__all__ = ['run', 'run_elastic']
 
 
 def _active_context():
@@ -228,3 +228,77 @@ def _dumps(obj):
     except ImportError:
         from pyspark import cloudpickle
         return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_num_proc=None,  # noqa: B006
+                start_timeout=None, elastic_timeout=None, reset_limit=None, env=None, stdout=None, stderr=None,
+                verbose=1, nics=None, prefix_output_with_timestamp=False):
+    """Horovod's ``horovod.spark.run_elastic``: runs the elastic training
+    function ``fn`` (decorated with ``hvd.elastic.run``) on between
+    ``min_num_proc`` and ``max_num_proc`` workers hosted by Spark tasks,
+    starting with ``num_proc``; returns the return values of the workers of
+    the last world, ordered by their final rank.
+
+    One Spark job of ``max_num_proc`` tasks (not barrier mode: tasks may
+    come and go), each running an agent of one slot (hvd.spark.agent);
+    hvdrun's elastic driver runs the job over the agents (hvd.spark.elastic,
+    docs/engines.md). A worker that dies fails its task's slot for the rest
+    of the run and the survivors go on from their last commit; a task that
+    is lost drops out; tasks that start later (free slots) are added.
+    Defaults: num_proc = the context's defaultParallelism, min_num_proc =
+    num_proc, max_num_proc = num_proc, start_timeout =
+    HOROVOD_SPARK_START_TIMEOUT or 600 s, elastic_timeout = hvdrun's (600 s,
+    HOROVOD_ELASTIC_TIMEOUT). Raises hvd.runner.RunError when the job fails
+    (hvdrun's reason: fewer than min_num_proc slots for elastic_timeout,
+    reset_limit passed, every worker failed), TimeoutError when fewer than
+    num_proc tasks start within start_timeout."""
+    from hvd.spark import elastic as _elastic
+    sc = _active_context()
+    if num_proc is None:
+        num_proc = sc.defaultParallelism
+    min_num_proc = num_proc if min_num_proc is None else min_num_proc
+    max_num_proc = num_proc if max_num_proc is None else max_num_proc
+    _elastic.check_args(num_proc, min_num_proc, max_num_proc, 'hvd.spark.run_elastic')
+    if start_timeout is None:
+        start_timeout = float(os.environ.get('HOROVOD_SPARK_START_TIMEOUT', '') or 600)
+    if start_timeout <= 0:
+        raise ValueError('start_timeout=%r: want a positive number of seconds' % (start_timeout,))
+    if env is not None and not isinstance(env, dict):
+        raise ValueError('env must be a dict of variables for the tasks, not %s' % type(env).__name__)
+    addr, nic = driver_address(nics, sc.getConf().get('spark.driver.host') or socket.gethostname())
+    group = 'hvd.spark.run_elastic-' + uuid.uuid4().hex[:12]
+    box = {}
+    thread = []
+
+    def start_agents(job):
+        from hvd.spark import agent as _agent
+
+        def partition(it):
+            from pyspark import TaskContext
+            i = TaskContext.get().partitionId()
+            _agent.serve(job, 'spark-task-%d' % i)
+            yield i
+
+        def spark_job():
+            try:
+                sc.setJobGroup(group, 'hvd.spark.run_elastic, up to %d workers' % max_num_proc,
+                               interruptOnCancel=True)
+                sc.parallelize(range(max_num_proc), max_num_proc).mapPartitions(partition).collect()
+            except BaseException as e:  # noqa: B902 - reported by engine_error
+                box['error'] = e
+
+        t = threading.Thread(target=spark_job, name='hvd.spark.run_elastic', daemon=True)
+        t.start()
+        thread.append(t)
+
+    try:
+        return _elastic.drive('hvd.spark.run_elastic', start_agents, lambda: box.get('error'), fn, args, kwargs,
+                              num_proc, min_num_proc, max_num_proc, addr, nic, start_timeout, elastic_timeout,
+                              reset_limit, env, stdout, stderr, verbose, prefix_output_with_timestamp)
+    finally:
+        # the store is closed: the agents return within a few seconds
+        for t in thread:
+            t.join(30)
+            if t.is_alive():
+                sc.cancelJobGroup(group)
+                t.join(10)

@@ -1,0 +1,104 @@
+"""hvd.spark.run_elastic on a real Spark (local[3]): hvdrun's elastic
+driver over agents in Spark tasks. Run by e2e TestSparkElastic with the
+engines' virtual environment:
+
+    HVD_TEST_NO_INIT=1 PYTHONPATH=<hvd package>:python/tests \\
+        $VENV/bin/python -m pytest python/tests/test_spark_elastic.py
+
+A worker killed (SIGKILL) mid-training: the survivors roll back to the last
+commit, finish, and return identical weights ordered by final rank; fewer
+than min_num_proc left: a clear RunError within the elastic timeout; at the
+end no process started here is left.
+"""
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+pyspark = pytest.importorskip('pyspark')
+if shutil.which('java') is None and not os.environ.get('JAVA_HOME'):
+    pytest.skip('no java on PATH and no JAVA_HOME (apt-get install openjdk-17-jre-headless)', allow_module_level=True)
+
+import hvd.spark  # noqa: E402
+from hvd.runner import RunError  # noqa: E402
+
+from test_spark import _descendants  # noqa: E402
+from test_spark_fns import elastic_train  # noqa: E402
+
+
+@pytest.fixture(scope='module')
+def sc():
+    from pyspark import SparkConf, SparkContext
+    before = _descendants()
+    os.environ['PYSPARK_PYTHON'] = sys.executable
+    conf = (SparkConf().setAppName('hvd-test-spark-elastic').setMaster('local[3]')
+            .set('spark.ui.enabled', 'false')
+            .set('spark.driver.host', '127.0.0.1')
+            .set('spark.driver.bindAddress', '127.0.0.1')
+            .set('spark.executorEnv.PYTHONPATH', os.environ.get('PYTHONPATH', ''))
+            .set('spark.executorEnv.HVD_TEST_NO_INIT', '1')
+            .set('spark.pyspark.python', sys.executable)
+            .set('spark.pyspark.driver.python', sys.executable))
+    ctx = SparkContext(conf=conf)
+    ctx.setLogLevel('ERROR')
+    yield ctx
+    ctx.stop()
+    ctx._gateway.shutdown()
+    proc = getattr(ctx._gateway, 'proc', None)
+    if proc is not None:
+        proc.stdin.close() if proc.stdin else None
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    from pyspark import SparkContext as _SC
+    _SC._gateway = None
+    _SC._jvm = None
+    end = time.time() + 30
+    while _descendants() - before and time.time() < end:
+        time.sleep(0.2)
+    left = _descendants() - before
+    assert not left, 'processes left after stopping Spark: %s' % sorted(left)
+
+
+def test_killed_worker_survivors_finish_from_last_commit(sc):
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.time()
+    res = hvd.spark.run_elastic(elastic_train, args=(20, 12, 5, 3), num_proc=3, min_num_proc=2, max_num_proc=3,
+                                start_timeout=60, elastic_timeout=20, stdout=out, stderr=err)
+    took = time.time() - t0
+    assert [r[0] for r in res] == [0, 1] and all(r[1] == 2 for r in res), (res, err.getvalue()[-3000:])
+    assert res[0][2] == res[1][2], 'weights differ on the finishing ranks: %s' % res
+    for rank, size, _, trace, batch in res:
+        assert batch == 20
+        # world of 3 up to step 11 (rank 2 died starting step 12), then the
+        # world of 2 from the last commit, step 10
+        first2 = [i for i, (_, s) in enumerate(trace) if s == 2][0]
+        assert trace[:first2] == [(b, 3) for b in range(12)], trace
+        assert trace[first2:] == [(b, 2) for b in range(10, 20)], trace
+    assert 'finished at step 20' in out.getvalue(), out.getvalue()[-2000:]
+    print('run_elastic with a killed worker took %.2f s' % took)
+
+
+def test_min_num_proc_not_met_fails_clearly(sc):
+    t0 = time.time()
+    with pytest.raises(RunError) as info:
+        hvd.spark.run_elastic(elastic_train, args=(20, 3, 5, 2), num_proc=2, min_num_proc=2, max_num_proc=2,
+                              start_timeout=60, elastic_timeout=3, stdout=io.StringIO(), stderr=io.StringIO())
+    took = time.time() - t0
+    msg = str(info.value)
+    assert 'min' in msg, msg
+    assert took < 45, 'the failure took %.1f s' % took
+    print('min_num_proc not met: failed after %.2f s: %s' % (took, msg))
+
+
+def test_bad_arguments(sc):
+    with pytest.raises(ValueError):
+        hvd.spark.run_elastic(elastic_train, num_proc=2, min_num_proc=3)
+    with pytest.raises(ValueError):
+        hvd.spark.run_elastic(elastic_train, num_proc=0)
