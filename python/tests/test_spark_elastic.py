@@ -35,7 +35,7 @@ def sc():
     from pyspark import SparkConf, SparkContext
     before = _descendants()
     os.environ['PYSPARK_PYTHON'] = sys.executable
-    conf = (SparkConf().setAppName('hvd-test-spark-elastic').setMaster('local[3]')
+    conf = (SparkConf().setAppName('hvd-test-spark-elastic').setMaster('local[3,2]')  # a failed task is retried once
             .set('spark.ui.enabled', 'false')
             .set('spark.driver.host', '127.0.0.1')
             .set('spark.driver.bindAddress', '127.0.0.1')
@@ -83,6 +83,33 @@ def test_killed_worker_survivors_finish_from_last_commit(sc):
         assert trace[first2:] == [(b, 2) for b in range(10, 20)], trace
     assert 'finished at step 20' in out.getvalue(), out.getvalue()[-2000:]
     print('run_elastic with a killed worker took %.2f s' % took)
+
+
+def test_lost_task_retried_and_added(sc):
+    # rank 2 kills its agent (the Spark task's Python worker): the task
+    # fails, its worker with it; Spark retries the task, whose new agent
+    # hvdrun adds: the world goes 3 -> 2 -> 3
+    import tempfile
+    marker = tempfile.mktemp(prefix='hvd-spark-elastic-')
+    out = io.StringIO()
+    t0 = time.time()
+    try:
+        res = hvd.spark.run_elastic(elastic_train, args=(80, 10, 4, 3, marker, True, 0.1), num_proc=3,
+                                    min_num_proc=2, max_num_proc=3, start_timeout=60, elastic_timeout=30,
+                                    stdout=out, stderr=out)
+    finally:
+        if os.path.exists(marker):
+            os.unlink(marker)
+    print('run_elastic with a lost task took %.2f s' % (time.time() - t0))
+    assert [r[0] for r in res] == [0, 1, 2] and all(r[1] == 3 for r in res), (res, out.getvalue()[-3000:])
+    assert res[0][2] == res[1][2] == res[2][2], 'weights differ on the finishing ranks: %s' % res
+    # rank 2 died starting step 10: rank 0 rolled back to the commit at 8;
+    # the replacement joins at once (world 1 of 3) or at a later commit
+    # (through a world of 2)
+    assert [b for b, _ in res[0][3]] == list(range(10)) + list(range(8, 80)), res[0][3]
+    assert res[0][3][-1][1] == 3
+    assert all(r[4] == 80 for r in res)
+    assert 'spark-task-2-a1' in out.getvalue(), out.getvalue()[-3000:]
 
 
 def test_min_num_proc_not_met_fails_clearly(sc):

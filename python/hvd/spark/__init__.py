@@ -244,7 +244,8 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     hvdrun's elastic driver runs the job over the agents (hvd.spark.elastic,
     docs/engines.md). A worker that dies fails its task's slot for the rest
     of the run and the survivors go on from their last commit; a task that
-    is lost drops out; tasks that start later (free slots) are added.
+    is lost drops out; tasks that start later (free slots, or a lost task
+    that Spark retries, ``spark.task.maxFailures``) are added.
     Defaults: num_proc = the context's defaultParallelism, min_num_proc =
     num_proc, max_num_proc = num_proc, start_timeout =
     HOROVOD_SPARK_START_TIMEOUT or 600 s, elastic_timeout = hvdrun's (600 s,
@@ -275,8 +276,10 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
 
         def partition(it):
             from pyspark import TaskContext
-            i = TaskContext.get().partitionId()
-            _agent.serve(job, 'spark-task-%d' % i)
+            ctx = TaskContext.get()
+            i, attempt = ctx.partitionId(), ctx.attemptNumber()
+            # a retried task is a new host: hvdrun blacklists a failed one for the run
+            _agent.serve(job, 'spark-task-%d' % i if attempt == 0 else 'spark-task-%d-a%d' % (i, attempt))
             yield i
 
         def spark_job():
