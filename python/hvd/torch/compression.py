@@ -96,7 +96,9 @@ class TopKCompressor(Compressor):
     def reduce_async(self, name, tensor, op, process_set, priority=0):
         """Starts the reduction of tensor (named name on every rank); returns
         a callable that waits and returns the reduced dense tensor."""
-        from hvd.torch.mpi_ops import Average, Sum, allgather_async, synchronize
+        from hvd.common.handles import synchronize
+        from hvd.common.ops import Average, Sum
+        from hvd.torch.tensors import collectives
         if op not in (Average, Sum):
             raise ValueError('hvd: top-k compression supports Average and Sum, not op %r' % (op,))
         if not tensor.dtype.is_floating_point:
@@ -109,9 +111,8 @@ class TopKCompressor(Compressor):
         vals = acc[idx]
         acc[idx] = 0
         self.residuals[name] = acc
-        hi = allgather_async(idx.to(torch.int32), name='%s.topk.idx' % name, process_set=process_set,
-                             priority=priority)
-        hv = allgather_async(vals, name='%s.topk.val' % name, process_set=process_set, priority=priority)
+        hi = collectives.allgather_async(idx.to(torch.int32), '%s.topk.idx' % name, process_set, priority)
+        hv = collectives.allgather_async(vals, '%s.topk.val' % name, process_set, priority)
         shape, numel, dtype = tensor.shape, flat.numel(), tensor.dtype
         n = process_set.size() if process_set.size() is not None else 1
 
