@@ -71,7 +71,11 @@ type Row struct {
 var ops = []string{"allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "sendrecv"}
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	err := run(os.Args[1:], os.Stdout)
+	// The MPI build's data plane needs MPI_Finalize before exit (a no-op in
+	// the default build).
+	sdk.FinalizeMPI()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "hvdbench:", err)
 		if errors.Is(err, errUsage) {
 			os.Exit(2)
@@ -88,7 +92,8 @@ type options struct {
 	factor         float64
 	dtype          backends.DType
 	jsonPath       string
-	backend        string
+	backend        string // -backend as given ("": HVD_BACKEND decides)
+	label          string // the backend asked for, for the output
 	iters, samples int
 	warmup         int
 	check          bool
@@ -106,7 +111,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&sizes, "sizes", "", "explicit comma-separated sizes (overrides -b/-e/-f)")
 	fs.StringVar(&dt, "d", "float32", "dtype")
 	fs.StringVar(&o.jsonPath, "json", "", "write the rows as a JSON list to this file (rank 0)")
-	fs.StringVar(&o.backend, "backend", "auto", "data plane: auto (shm inside a host, tcp across), shm or tcp")
+	fs.StringVar(&o.backend, "backend", "", "data plane: "+strings.Join(backends.Choices(), ", ")+" (default: HVD_BACKEND, else auto: shm inside a host, tcp across)")
 	fs.IntVar(&o.iters, "n", 0, "ops per sample (0 = by size, as the anchors)")
 	fs.IntVar(&o.samples, "samples", 0, "samples per size (0 = by size)")
 	fs.IntVar(&o.warmup, "w", -1, "warm-up calls (-1 = by size)")
@@ -130,13 +135,21 @@ func parse(args []string) (*options, error) {
 	if o.dtype, err = backends.ParseDType(dt); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	switch o.backend {
-	case "auto", "shm", "tcp":
-	default:
-		return nil, fmt.Errorf("%w: backend %q: want auto, shm or tcp", errUsage, o.backend)
+	if o.backend == "" {
+		// Config.Backend "" lets Init read HVD_BACKEND; the label says
+		// what that is.
+		o.label = strings.TrimSpace(os.Getenv("HVD_BACKEND"))
+		if o.label == "" {
+			o.label = backends.Auto
+		}
+	} else {
+		if !slices.Contains(backends.Choices(), o.backend) {
+			return nil, fmt.Errorf("%w: backend %q: want one of %s", errUsage, o.backend, strings.Join(backends.Choices(), ", "))
+		}
+		o.label = o.backend
 	}
 	if o.system == "" {
-		o.system = "hvd-" + o.backend
+		o.system = "hvd-" + o.label
 	}
 	if sizes != "" {
 		for _, s := range strings.Split(sizes, ",") {
@@ -231,7 +244,7 @@ func run(args []string, stdout io.Writer) error {
 	out := io.Discard
 	if b.me == 0 {
 		out = stdout
-		fmt.Fprintf(out, "# hvdbench %s  np=%d  backend=%s  dtype=%v  host=%s\n", o.op, b.n, o.backend, o.dtype, w.Hostname())
+		fmt.Fprintf(out, "# hvdbench %s  np=%d  backend=%s  dtype=%v  host=%s\n", o.op, b.n, o.label, o.dtype, w.Hostname())
 		fmt.Fprintf(out, "#%12s %12s %8s %12s %8s %8s %8s\n", "size", "count", "type", "time", "algbw", "busbw", "#wrong")
 		fmt.Fprintf(out, "#%12s %12s %8s %12s %8s %8s %8s\n", "(B)", "(elements)", "", "(us)", "(GB/s)", "(GB/s)", "")
 	}
@@ -354,7 +367,7 @@ func (b *bench) measure(size int64) (Row, error) {
 	return Row{
 		Op: b.o.op, Bytes: bytes, Count: c.count, DType: b.o.dtype.String(), TimeUS: med,
 		AlgBW: algbw, BusBW: algbw * busFactor(b.o.op, b.n), Wrong: wbuf[0], System: b.o.system,
-		NP: b.n, Iters: k, Samples: samples, TimeMin: lo, TimeMax: hi, Backend: b.o.backend,
+		NP: b.n, Iters: k, Samples: samples, TimeMin: lo, TimeMax: hi, Backend: b.o.label,
 	}, nil
 }
 
