@@ -75,6 +75,13 @@ func TestSparkElastic(t *testing.T) {
 	t.Log(tail(out, 10))
 }
 
+// TestSparkAgent: the agents of the elastic Spark and Ray forms and
+// hvdrun's ssh stand-in for them, with Debian's Python only.
+func TestSparkAgent(t *testing.T) {
+	out := enginesPytest(t, python, "python/tests/test_spark_agent.py", 2*time.Minute)
+	t.Log(tail(out, 5))
+}
+
 func TestRay(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a real engine (about a minute): not in -short")

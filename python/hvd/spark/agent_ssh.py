@@ -73,13 +73,17 @@ def main(argv):
             pass
 
     threading.Thread(target=stdin_pump, daemon=True).start()
+    heard = False
     while True:
         try:
             kind, data = _agent.recv_frame(sock)
         except OSError:
             kind = None
         if kind is None:
+            if not heard:
+                _fail('%s: lost the connection to the agent (it refused the run\'s secret, or it is gone)' % host)
             _fail('%s: lost the connection to the agent' % host)
+        heard = True
         if kind == b'o':
             os.write(1, data)
         elif kind == b'e':
