@@ -56,10 +56,19 @@ func parseBackend(s string) (string, error) {
 	if slices.Contains(backends.Choices(), v) {
 		return v, nil
 	}
-	if v == "mpi" {
-		return "", fmt.Errorf("%w: HVD_BACKEND=mpi: this hvd was built without MPI; use the MPI build (make build-mpi, make python-mpi: docs/mpi.md) or want %s", ErrInvalidArgument, orList(backends.Choices()))
+	if why := absentBackend(v); why != "" {
+		return "", fmt.Errorf("%w: HVD_BACKEND=%s: %s; or want %s", ErrInvalidArgument, v, why, orList(backends.Choices()))
 	}
 	return "", fmt.Errorf("%w: HVD_BACKEND=%q: want %s", ErrInvalidArgument, s, orList(backends.Choices()))
+}
+
+// absentBackend explains a backend this build lacks ("" for an unknown
+// name), for Config.Backend and HVD_BACKEND alike.
+func absentBackend(v string) string {
+	if v == "mpi" {
+		return "this hvd was built without MPI; use the MPI build (make build-mpi, make python-mpi: docs/mpi.md)"
+	}
+	return ""
 }
 
 // orList writes "a, b or c".

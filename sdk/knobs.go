@@ -72,8 +72,11 @@ type knobSpec struct {
 	min, max float64
 	unit     string
 	choices  []string
-	doc      string
-	set      func(k *knobs, f float64, s string, b bool)
+	// absent, for an enum, explains a value this build lacks ("" when it
+	// is simply wrong).
+	absent func(v string) string
+	doc    string
+	set    func(k *knobs, f float64, s string, b bool)
 }
 
 const maxSeconds = 365 * 24 * 3600 // a year: durations past this are typos
@@ -110,7 +113,7 @@ var knobTable = []knobSpec{
 		set: func(k *knobs, _ float64, _ string, b bool) { k.hierAllgather = b }},
 	{name: "HOROVOD_DYNAMIC_PROCESS_SETS", kind: kindBool, doc: "allow add_process_set/remove_process_set after init",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.dynamic = b }},
-	{name: "HVD_BACKEND", kind: kindEnum, choices: backends.Choices(),
+	{name: "HVD_BACKEND", kind: kindEnum, choices: backends.Choices(), absent: absentBackend,
 		doc: "data plane: shared memory inside a host and TCP across (auto), shm only, or tcp only",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.backend = s }},
 	{name: "HVD_COLLECTIVE_TIMEOUT_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",
@@ -216,6 +219,11 @@ func (s *knobSpec) parse(k *knobs, raw string) error {
 			if l == c {
 				s.set(k, 0, c, false)
 				return nil
+			}
+		}
+		if s.absent != nil {
+			if why := s.absent(l); why != "" {
+				return bad(why + "; this build takes one of " + strings.Join(s.choices, ", "))
 			}
 		}
 		return bad("want one of " + strings.Join(s.choices, ", "))

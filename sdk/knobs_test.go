@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
@@ -37,7 +39,7 @@ func TestKnobsRejectBadValues(t *testing.T) {
 		{"HVD_KERNELS", "bogus", "want one of auto, generic, avx2"},
 		{"HVD_BIND_TO", "bogus", "want one of core, none"},
 		{"HVD_SPIN_US", "abc", "whole number"},
-		{"HVD_BACKEND", "nccl", "want one of auto, shm, tcp"},
+		{"HVD_BACKEND", "nccl", "want one of " + strings.Join(backends.Choices(), ", ")},
 		{"HVD_TCP_SNDBUF", "-1", "out of range"},
 		{"HOROVOD_DYNAMIC_PROCESS_SETS", "maybe", "integer"},
 		{"HOROVOD_HIERARCHICAL_ALLREDUCE", "2x", "integer"},
@@ -197,5 +199,20 @@ func TestStoreBindHost(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The default build names the MPI build when asked for HVD_BACKEND=mpi,
+// through the environment and through Config alike.
+func TestBackendMPIAbsentNamesTheMPIBuild(t *testing.T) {
+	if slices.Contains(backends.Choices(), "mpi") {
+		t.Skip("this is the MPI build: mpi is a choice")
+	}
+	_, err := readKnobs(envOf(map[string]string{"HVD_BACKEND": "mpi"}))
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "built without MPI") || !strings.Contains(err.Error(), "make python-mpi") {
+		t.Errorf("HVD_BACKEND=mpi: %v", err)
+	}
+	if _, err := parseBackend("mpi"); err == nil || !strings.Contains(err.Error(), "built without MPI") {
+		t.Errorf("Config.Backend mpi: %v", err)
 	}
 }

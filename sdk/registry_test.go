@@ -50,7 +50,11 @@ func TestBackendKnobFromRegistry(t *testing.T) {
 	if row == nil || !slices.Equal(row.choices, backends.Choices()) {
 		t.Fatalf("HVD_BACKEND choices %v, registry %v", row.choices, backends.Choices())
 	}
-	if got := fmt.Sprint(backends.Choices()); got != "[auto shm tcp]" {
+	want := "[auto shm tcp]"
+	if MPIBuilt() {
+		want = "[auto mpi shm tcp]"
+	}
+	if got := fmt.Sprint(backends.Choices()); got != want {
 		t.Errorf("choices %s", got)
 	}
 	if _, err := parseBackend("hier"); err == nil {
