@@ -124,6 +124,17 @@ def test_min_num_proc_not_met_fails_clearly(sc):
     print('min_num_proc not met: failed after %.2f s: %s' % (took, msg))
 
 
+def test_too_few_tasks_times_out(sc):
+    # local[3,2] has 3 task slots: a 4th agent never starts
+    t0 = time.time()
+    with pytest.raises(TimeoutError) as info:
+        hvd.spark.run_elastic(elastic_train, args=(5, -1, 5, 0), num_proc=4, min_num_proc=2, max_num_proc=4,
+                              start_timeout=3, stdout=io.StringIO(), stderr=io.StringIO())
+    msg = str(info.value)
+    assert 'waiting for 4 agents' in msg and '(3 did: spark-task-0, spark-task-1, spark-task-2)' in msg, msg
+    assert time.time() - t0 < 45, time.time() - t0
+
+
 def test_bad_arguments(sc):
     with pytest.raises(ValueError):
         hvd.spark.run_elastic(elastic_train, num_proc=2, min_num_proc=3)
