@@ -46,8 +46,7 @@ def _wait(pred, timeout=10):
 def agent():
     server = _store.RendezvousServer(host='127.0.0.1')
     work = tempfile.mkdtemp(prefix='hvd-agent-test-')
-    job = {'addr': '127.0.0.1', 'port': server.port, 'secret': server.secret_hex, 'payload': b'x', 'env': {},
-           'pythonpath': None}
+    job = {'addr': '127.0.0.1', 'port': server.port, 'secret': server.secret_hex, 'env': {}, 'pythonpath': None}
     jobfile = os.path.join(work, 'job')
     with open(jobfile, 'wb') as f:
         pickle.dump(job, f)
@@ -85,9 +84,9 @@ def agent():
 def test_relays_stdin_output_and_status(agent):
     code, out, err = agent.ssh('a0', 'read -r L; echo "got $L"; echo to-err >&2; exit 7', b'hello\n')
     assert (code, out, err) == (7, 'got hello\n', 'to-err\n')
-    # the agent's variables reach the script (the worker finds its payload there)
-    code, out, _ = agent.ssh('a0', 'echo "$HVD_AGENT_NAME" && test -f "$HVD_AGENT_PAYLOAD"')
-    assert (code, out) == (0, 'a0\n')
+    # the agent's variables reach the script (the worker finds the driver's store there)
+    code, out, _ = agent.ssh('a0', 'echo "$HVD_AGENT_NAME $HVD_AGENT_STORE"')
+    assert (code, out) == (0, 'a0 127.0.0.1:%d\n' % agent.server.port)
 
 
 def test_wrong_secret_and_unknown_agent(agent):

@@ -180,6 +180,10 @@ class ElasticRayExecutor:
         finally:
             stop.set()
             with lock:
+                # the store is closed: the agents return within about 2 s; then kill the actors
+                refs = [ref for _, ref in agents.values()]
+                if refs:
+                    ray.wait(refs, num_returns=len(refs), timeout=10)
                 for a, _ in agents.values():
                     ray.kill(a)
                 agents.clear()

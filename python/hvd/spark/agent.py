@@ -33,7 +33,6 @@ import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -41,6 +40,8 @@ from hvd.spark import store as _store
 
 AGENT_SCOPE = 'agents'
 RESULT_SCOPE = 'results'
+PAYLOAD_SCOPE = 'payload'
+PAYLOAD_KEY = 'fn'
 HEARTBEAT_S = 1.0
 NONCE_LEN = 32
 
@@ -123,17 +124,13 @@ class _Agent:
         self.procs = set()
         self.lock = threading.Lock()
         self.closed = threading.Event()
-        self.dir = tempfile.mkdtemp(prefix='hvd-agent-')
-        self.payload = os.path.join(self.dir, 'payload')
-        with open(self.payload, 'wb') as f:
-            f.write(job['payload'])
         self.env = dict(os.environ)
         for k, v in (job.get('env') or {}).items():
             if v is None:
                 self.env.pop(k, None)
             else:
                 self.env[k] = str(v)
-        self.env.update({'HVD_AGENT_PAYLOAD': self.payload, 'HVD_AGENT_PYTHON': sys.executable,
+        self.env.update({'HVD_AGENT_PYTHON': sys.executable,
                          'HVD_AGENT_STORE': '%s:%d' % (job['addr'], job['port']),
                          'HVD_AGENT_SECRET': job['secret'], 'HVD_AGENT_NAME': name})
         pp = job.get('pythonpath')
@@ -163,7 +160,7 @@ class _Agent:
             return
         lock = threading.Lock()
         proc = subprocess.Popen(['/bin/sh', '-c', script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=self.env, cwd=self.dir, start_new_session=True,
+                                stderr=subprocess.PIPE, env=self.env, start_new_session=True,
                                 preexec_fn=_die_with_parent)
         with self.lock:
             self.procs.add(proc)
@@ -237,17 +234,12 @@ class _Agent:
             procs = list(self.procs)
         for p in procs:
             _kill_group(p)
-        try:
-            import shutil
-            shutil.rmtree(self.dir, ignore_errors=True)
-        except Exception:  # noqa: B902
-            pass
 
 
 def serve(job, name):
     """Runs the agent ``name`` until the driver's store goes away (the run
     ended) or stops answering.
-    job: addr, port, secret (hex), payload (bytes), env, pythonpath."""
+    job: addr, port, secret (hex), env, pythonpath."""
     a = _Agent(job, name)
     t = threading.Thread(target=a.accept_loop, daemon=True)
     t.start()

@@ -111,8 +111,9 @@ def drive(who, start_agents, engine_error, fn, args, kwargs, num_proc, min_num_p
     # hvd's own parent first (the stand-in and the workers import hvd), then the inherited path
     pythonpath = os.pathsep.join([hvd_parent] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep)
                                                  if p and p != hvd_parent])
-    job = {'addr': addr, 'port': server.port, 'secret': server.secret_hex,
-           'payload': _dumps((fn, tuple(args), dict(kwargs or {}))), 'env': env, 'pythonpath': pythonpath}
+    # the workers read the function from the store: nothing is written on the engine's machines
+    server.put(_agent.PAYLOAD_SCOPE, _agent.PAYLOAD_KEY, _dumps((fn, tuple(args), dict(kwargs or {}))))
+    job = {'addr': addr, 'port': server.port, 'secret': server.secret_hex, 'env': env, 'pythonpath': pythonpath}
     work = tempfile.mkdtemp(prefix='hvd-elastic-driver-')
     table_path = os.path.join(work, 'agents.json')
     hosts_path = os.path.join(work, 'hosts')

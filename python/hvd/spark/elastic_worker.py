@@ -1,7 +1,8 @@
 """``python -m hvd.spark.elastic_worker``: the worker process of
 hvd.spark.run_elastic and hvd.ray.ElasticRayExecutor, started by hvdrun's
-elastic driver through an agent (hvd.spark.agent). It loads the pickled
-``(fn, args, kwargs)`` at ``$HVD_AGENT_PAYLOAD``, calls it, and puts
+elastic driver through an agent (hvd.spark.agent). It reads the pickled
+``(fn, args, kwargs)`` from the run's driver store (``$HVD_AGENT_STORE``,
+scope ``payload``), calls it, and puts
 ``{'rank': final rank, 'value': return value}`` into the run's driver store
 (``$HVD_AGENT_STORE``, scope ``results``, key: the worker id); a function
 that raises prints the traceback and exits 1 (hvdrun then treats the host as
@@ -20,11 +21,38 @@ def _dumps(obj):
     return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def _get(addr, port, secret_hex, scope, key):
+    """GET scope/key from the driver's store (signed as hvd.spark.store
+    wants)."""
+    import http.client
+    import time
+    import urllib.parse
+
+    from hvd.spark import store as _store
+    uri = '/%s/%s' % (urllib.parse.quote(scope, safe=''), urllib.parse.quote(key, safe=''))
+    headers = {}
+    if secret_hex:
+        ts = str(time.time_ns())
+        headers = {_store.HEADER_TIMESTAMP: ts, _store.HEADER_AUTH: _store.sign(bytes.fromhex(secret_hex), 'GET', uri, ts, b'')}
+    conn = http.client.HTTPConnection(addr, port, timeout=60)
+    try:
+        conn.request('GET', uri, headers=headers)
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise RuntimeError('hvd: the driver\'s store at %s:%d answered %d to GET %s: %s'
+                           % (addr, port, resp.status, uri, body.decode(errors='replace')))
+    return body
+
+
 def main():
     from hvd.spark import agent as _agent
     from hvd.spark import store as _store
-    with open(os.environ['HVD_AGENT_PAYLOAD'], 'rb') as f:
-        fn, args, kwargs = pickle.load(f)
+    addr, _, port = os.environ['HVD_AGENT_STORE'].rpartition(':')
+    fn, args, kwargs = pickle.loads(_get(addr, int(port), os.environ['HVD_AGENT_SECRET'],
+                                         _agent.PAYLOAD_SCOPE, _agent.PAYLOAD_KEY))
     try:
         value = fn(*args, **kwargs)
     except SystemExit:
@@ -42,7 +70,6 @@ def main():
         rank = None
     if rank is None:
         rank = int(os.environ.get('HOROVOD_RANK', '0'))
-    addr, _, port = os.environ['HVD_AGENT_STORE'].rpartition(':')
     client = _store.StoreClient(addr, int(port), os.environ['HVD_AGENT_SECRET'], timeout=30)
     key = '%s.%d' % (os.environ.get('HVD_ELASTIC_WORKER_ID', os.environ.get('HVD_AGENT_NAME', '?')), os.getpid())
     client.put(_agent.RESULT_SCOPE, key, _dumps({'rank': rank, 'value': value}))
