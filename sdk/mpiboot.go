@@ -19,6 +19,13 @@ var mpiBootstrapper func(w *World) error
 // backends/mpi's registry rule); nil in the default build.
 var backendChosen func(name string)
 
+// mpiReady initializes MPI and checks its thread level (the MPI build);
+// nil in the default build. Init calls it before the rendezvous when
+// HVD_BACKEND=mpi, so that every rank refuses on its own, at once, instead
+// of the first refusing rank taking the store (rank 0 serves it under an
+// MPI bootstrap) away from ranks still in the rendezvous.
+var mpiReady func() error
+
 // mpiBuilt reports whether this binary was built with MPI (-tags mpi).
 func mpiBuilt() bool { return mpiBootstrapper != nil }
 

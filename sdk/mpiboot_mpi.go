@@ -23,6 +23,7 @@ import (
 
 func init() {
 	mpiBootstrapper = bootstrapOverMPI
+	mpiReady = mpi.Init
 	backendChosen = func(name string) { mpi.Choose(name == "mpi") }
 }
 

@@ -177,6 +177,11 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 			w.shutdownAll()
 		}
 	}()
+	if w.backend == "mpi" && mpiReady != nil {
+		if err := mpiReady(); err != nil {
+			return nil, err
+		}
+	}
 	if err := w.connectStore(); err != nil {
 		return nil, err
 	}
