@@ -168,6 +168,31 @@ def test_allreduce_ops(dtype, dim, op):
     assert torch.allclose(out.double(), want, atol=tol * max(1.0, want.abs().max().item()))
 
 
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                                   torch.int64, torch.uint8, torch.bool])
+def test_large_outputs(dtype):
+    """Outputs of 1 MiB and more come from numpy-allocated memory (huge
+    pages; hvd/torch/tensors.py): they must be ordinary contiguous tensors
+    of the right dtype, shape and values, for every dtype (bfloat16 and
+    bool have no numpy twin of the same name)."""
+    r, n = hvd.rank(), hvd.size()
+    elems = (1 << 21) // torch.empty((), dtype=dtype).element_size() + 3  # > 1 MiB, odd tail
+    base = (torch.arange(elems) % 2).to(dtype)
+    if dtype != torch.bool:
+        out = hvd.allreduce(base.view(-1, 1), op=hvd.Sum, name='large.ar.%s' % dtype)
+        assert out.shape == (elems, 1) and out.dtype == dtype and out.is_contiguous()
+        assert out.data_ptr() % 64 == 0
+        assert torch.equal(out.view(-1), base * n)
+    gathered = hvd.allgather(base[: elems - r], name='large.ag.%s' % dtype)
+    assert gathered.dtype == dtype and gathered.shape == (n * elems - sum(range(n)),)
+    off = 0
+    for q in range(n):
+        assert torch.equal(gathered[off:off + elems - q], base[: elems - q])
+        off += elems - q
+    src = base if r == 0 else torch.zeros(elems, dtype=dtype)
+    assert torch.equal(hvd.broadcast(src, 0, name='large.bc.%s' % dtype), base)
+
+
 def test_allreduce_prescale_postscale():
     x = torch.full([4], float(R + 1))
     out = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)

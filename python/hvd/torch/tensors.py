@@ -14,6 +14,7 @@ in-place op copies the host result back into the caller's CUDA tensor.
 The device-to-host copy synchronizes with the tensor's stream, so kernels
 that produced it have finished. docs/gpu.md says what a GPU has run.
 """
+import numpy as _np
 import torch
 
 from hvd.common import dtypes
@@ -24,6 +25,29 @@ try:
     import cloudpickle as _pickle
 except ImportError:  # Debian's python3-torch does not pull it in
     import pickle as _pickle
+
+# Outputs of at least this many bytes are allocated by numpy and shared
+# with torch (torch.from_numpy): numpy asks the kernel for transparent huge
+# pages for large arrays and torch does not, and a new output's first touch
+# is a page fault per page. Measured here (64 MiB float32, allocate + write):
+# torch.empty 26 ms, numpy 4 ms; hvd.torch's out-of-place allreduce of 64
+# MiB spent most of its time there (docs/performance.md). The tensor is an
+# ordinary contiguous CPU tensor; only resize_() is refused (its storage is
+# numpy's).
+_BIG_OUTPUT = 1 << 20
+
+
+def _host_empty(shape, dtype):
+    """An uninitialized contiguous CPU tensor of shape and dtype in
+    numpy-allocated memory, 64-byte aligned (as torch's allocator)."""
+    nbytes = 1
+    for d in shape:
+        nbytes *= int(d)
+    nbytes *= torch.empty((), dtype=dtype).element_size()
+    buf = _np.empty(nbytes + 64, dtype=_np.uint8)
+    off = (-buf.ctypes.data) % 64
+    return torch.from_numpy(buf[off:off + nbytes]).view(dtype).view(tuple(shape))
+
 
 DTYPES = {
     torch.uint8: dtypes.UINT8,
@@ -99,12 +123,19 @@ class TorchTensors(TensorAdapter):
         return x.numel() * x.element_size()
 
     def empty_like(self, x):
+        if x.device.type == 'cpu' and x.numel() * x.element_size() >= _BIG_OUTPUT:
+            return _host_empty(x.shape, x.dtype)
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
     def clone(self, x):
         return x.clone(memory_format=torch.contiguous_format)
 
     def empty(self, shape, like):
+        n = 1
+        for d in shape:
+            n *= int(d)
+        if n * like.element_size() >= _BIG_OUTPUT:
+            return _host_empty(shape, like.dtype)
         return torch.empty(shape, dtype=like.dtype)
 
     def copy_back(self, dst, src):
