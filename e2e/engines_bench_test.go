@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/internal/venvs"
 )
 
 // TestEnginesStartupBench measures, per engine, the start-up overhead of an
@@ -143,13 +145,8 @@ func TestEnginesStartupBench(t *testing.T) {
 }
 
 func enginesPythonOrEmpty() string {
-	cache := os.Getenv("HVD_CACHE_DIR")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "hvd")
-	}
-	py := filepath.Join(cache, "venv-engines-py311", "bin", "python")
-	if exec.Command(py, "-c", "import pyspark, ray, torch").Run() != nil {
+	py, err := venvs.Engines.Python()
+	if err != nil {
 		return ""
 	}
 	return py

@@ -3,11 +3,12 @@ package e2e
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/internal/venvs"
 )
 
 // The engines' virtual environment (.ci/setup.d/20-engines.sh): pyspark and
@@ -15,18 +16,9 @@ import (
 // torch (--system-site-packages).
 func enginesPython(t *testing.T, modules ...string) string {
 	t.Helper()
-	cache := os.Getenv("HVD_CACHE_DIR")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache", "hvd")
-	}
-	py := filepath.Join(cache, "venv-engines-py311", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		t.Skipf("%s not found: run .ci/setup.d/20-engines.sh (it creates the engines' venv with pyspark and ray)", py)
-	}
-	args := []string{"-c", "import " + strings.Join(append([]string{"torch"}, modules...), ", ")}
-	if out, err := exec.Command(py, args...).CombinedOutput(); err != nil {
-		t.Skipf("%s cannot import %v (rerun .ci/setup.d/20-engines.sh): %v\n%s", py, modules, err, out)
+	py, err := venvs.Engines.Python(append([]string{"torch"}, modules...)...)
+	if err != nil {
+		t.Skipf("%v", err)
 	}
 	return py
 }

@@ -19,15 +19,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hvdorg/hvd/internal/venvs"
 	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
-// The pinned versions and venv paths of .ci/setup.d/30-frameworks.sh (and
-// plugins/internal/plugintest/frameworks.go, which e2e cannot import).
-var frameworkVenvs = map[string]struct{ env, venv, module, version string }{
-	"tensorflow": {"HVD_TF_PYTHON", "venv-tf-2.15.1", "tensorflow", "2.15.1"},
-	"mxnet":      {"HVD_MXNET_PYTHON", "venv-mxnet-1.9.1", "mxnet", "1.9.1"},
-}
+// The framework venvs of .ci/setup.d/30-frameworks.sh, by plugin name.
+var frameworkVenvs = map[string]venvs.Venv{"tensorflow": venvs.TensorFlow, "mxnet": venvs.MXNet}
 
 // frameworkPython is the framework venv's interpreter, or a skip naming why.
 func frameworkPython(t *testing.T, fw string) string {
@@ -35,19 +32,9 @@ func frameworkPython(t *testing.T, fw string) string {
 	if testing.Short() {
 		t.Skip("SKIPPED with -short: installs into a venv and trains under hvdrun")
 	}
-	v := frameworkVenvs[fw]
-	py := os.Getenv(v.env)
-	if py == "" {
-		cache := os.Getenv("HVD_CACHE_DIR")
-		if cache == "" {
-			home, _ := os.UserHomeDir()
-			cache = filepath.Join(home, ".cache", "hvd")
-		}
-		py = filepath.Join(cache, v.venv, "bin", "python")
-	}
-	if out, err := exec.Command(py, "-c", "import "+v.module).CombinedOutput(); err != nil {
-		t.Skipf("SKIPPED, NOT RUN: %s cannot import %s (%v %s); create it with bash .ci/setup.d/30-frameworks.sh or set %s",
-			py, v.module, err, tail(string(out), 3), v.env)
+	py, err := frameworkVenvs[fw].Python()
+	if err != nil {
+		t.Skipf("SKIPPED, NOT RUN: %v", err)
 	}
 	return py
 }

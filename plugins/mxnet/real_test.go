@@ -1,14 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
-	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
 func TestMain(m *testing.M) {
@@ -21,16 +18,7 @@ func TestMain(m *testing.M) {
 // MXNet venv and checks every rank printed "<marker> ok".
 func runReal(t *testing.T, np int, script, marker string) string {
 	t.Helper()
-	py := plugintest.MXNetPython(t)
-	set, err := adapter().Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := plugintest.RunUnderHvdrunWith(t, set, py, np, script)
-	if n := strings.Count(out, marker+" ok"); n != np {
-		t.Fatalf("%d ranks printed %q, want %d:\n%s", n, marker+" ok", np, out)
-	}
-	return out
+	return plugintest.RunMarked(t, adapter(), plugintest.MXNetPython(t), np, script, marker)
 }
 
 // TestRealP2P runs testdata/real/p2p.py (the collectives once over,

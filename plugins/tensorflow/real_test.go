@@ -1,36 +1,25 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
-	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
-// runReal runs a script of testdata/real under hvdrun -np np with the real
-// TensorFlow venv and checks every rank printed "<marker> ok".
 func TestMain(m *testing.M) {
 	code := m.Run()
 	plugintest.CleanupRuntime()
 	os.Exit(code)
 }
 
+// runReal runs a script of testdata/real under hvdrun -np np with the real
+// TensorFlow venv and checks every rank printed "<marker> ok".
 func runReal(t *testing.T, np int, script, marker string) string {
 	t.Helper()
-	py := plugintest.TFPython(t)
-	set, err := adapter().Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := plugintest.RunUnderHvdrunWith(t, set, py, np, script)
-	if n := strings.Count(out, marker+" ok"); n != np {
-		t.Fatalf("%d ranks printed %q, want %d:\n%s", n, marker+" ok", np, out)
-	}
-	return out
+	return plugintest.RunMarked(t, adapter(), plugintest.TFPython(t), np, script, marker)
 }
 
 // TestRealAPI runs testdata/real/api.py (every hvd.tensorflow function

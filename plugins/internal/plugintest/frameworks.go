@@ -1,60 +1,49 @@
 package plugintest
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
+	"context"
+	"strings"
 	"testing"
-)
 
-// Framework virtual environments: .ci/setup.d/30-frameworks.sh creates them
-// under ${HVD_CACHE_DIR:-$HOME/.cache/hvd}, keyed by the pinned versions;
-// the variables below point the tests elsewhere.
-const (
-	TFVersion    = "2.15.1"
-	MXNetVersion = "1.9.1"
+	"github.com/hvdorg/hvd/internal/venvs"
+	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
 // TFPython is the interpreter of the TensorFlow venv ($HVD_TF_PYTHON, else
-// the cached venv-tf-<TFVersion>); it skips the test when it cannot import
-// tensorflow.
-func TFPython(t *testing.T) string {
-	return FrameworkPython(t, "HVD_TF_PYTHON", "venv-tf-"+TFVersion, "tensorflow")
-}
+// the cached venv of .ci/setup.d/30-frameworks.sh: internal/venvs); it
+// skips the test when it cannot import tensorflow.
+func TFPython(t *testing.T) string { return FrameworkPython(t, venvs.TensorFlow) }
 
-// MXNetPython is TFPython for MXNet ($HVD_MXNET_PYTHON, venv-mxnet-<MXNetVersion>).
-func MXNetPython(t *testing.T) string {
-	return FrameworkPython(t, "HVD_MXNET_PYTHON", "venv-mxnet-"+MXNetVersion, "mxnet")
-}
+// MXNetPython is TFPython for MXNet ($HVD_MXNET_PYTHON).
+func MXNetPython(t *testing.T) string { return FrameworkPython(t, venvs.MXNet) }
 
-// CacheDir is where the framework venvs live: $HVD_CACHE_DIR, else ~/.cache/hvd.
-func CacheDir() string {
-	if d := os.Getenv("HVD_CACHE_DIR"); d != "" {
-		return d
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "hvd")
-}
-
-// FrameworkPython returns $env when set, else <CacheDir>/<venv>/bin/python,
-// after checking that it imports module; otherwise the test is skipped with
-// the reason and the command that creates the venv.
-func FrameworkPython(t *testing.T, env, venv, module string) string {
+// FrameworkPython returns v's interpreter after checking that it imports
+// its framework; otherwise the test is skipped with the reason and the
+// command that creates the venv.
+func FrameworkPython(t *testing.T, v venvs.Venv) string {
 	t.Helper()
 	if testing.Short() {
-		t.Skip("SKIPPED with -short: runs " + module + " under hvdrun")
+		t.Skip("SKIPPED with -short: runs " + v.Imports[0] + " under hvdrun")
 	}
-	py := os.Getenv(env)
-	if py == "" {
-		py = filepath.Join(CacheDir(), venv, "bin", "python")
-	}
-	if out, err := exec.Command(py, "-c", "import "+module).CombinedOutput(); err != nil {
-		tail := string(out)
-		if len(tail) > 400 {
-			tail = tail[len(tail)-400:]
-		}
-		t.Skipf("SKIPPED, NOT RUN: %s cannot import %s (%v %s); create it with bash .ci/setup.d/30-frameworks.sh or set %s",
-			py, module, err, tail, env)
+	py, err := v.Python()
+	if err != nil {
+		t.Skipf("SKIPPED, NOT RUN: %v", err)
 	}
 	return py
+}
+
+// RunMarked generates a's package, runs script under hvdrun -np np with
+// python (a framework venv's interpreter) and fails unless every rank
+// printed "<marker> ok"; it returns the output.
+func RunMarked(t *testing.T, a plugin.FrameworkAdapter, python string, np int, script, marker string) string {
+	t.Helper()
+	set, err := a.Generate(context.Background(), plugin.GenerateRequest{Kind: plugin.KindPackage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := RunUnderHvdrunWith(t, set, python, np, script)
+	if n := strings.Count(out, marker+" ok"); n != np {
+		t.Fatalf("%d ranks printed %q, want %d:\n%s", n, marker+" ok", np, out)
+	}
+	return out
 }
