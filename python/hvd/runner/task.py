@@ -42,7 +42,8 @@ def _write(workdir, rank, record):
     os.replace(tmp, path)
 
 
-def _error_record(rank, exc, what):
+def error_record(rank, exc, what):
+    """The record of a rank whose function raised exc (also hvd.spark's)."""
     tb = ''.join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         pickled = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
@@ -91,7 +92,7 @@ def main(argv):
         func, args, kwargs = pickle.loads(header['call'])
     except BaseException as e:  # noqa: B902 - reported to the driver
         traceback.print_exc()
-        _write(workdir, rank, _error_record(rank, e, 'while loading func on rank %d' % rank))
+        _write(workdir, rank, error_record(rank, e, 'while loading func on rank %d' % rank))
         return 1
     try:
         value = func(*args, **kwargs)
@@ -100,17 +101,17 @@ def main(argv):
             value = None
         else:
             traceback.print_exc()
-            _write(workdir, rank, _error_record(rank, e, 'func called sys.exit(%r)' % (e.code,)))
+            _write(workdir, rank, error_record(rank, e, 'func called sys.exit(%r)' % (e.code,)))
             return e.code if isinstance(e.code, int) else 1
     except BaseException as e:  # noqa: B902 - reported to the driver
         traceback.print_exc()
-        _write(workdir, rank, _error_record(rank, e, None))
+        _write(workdir, rank, error_record(rank, e, None))
         return 1
     try:
         _write(workdir, rank, {'ok': True, 'rank': rank, 'value': value})
     except Exception as e:
         traceback.print_exc()
-        _write(workdir, rank, _error_record(rank, e, 'the return value (%s) cannot be pickled' % type(value).__name__))
+        _write(workdir, rank, error_record(rank, e, 'the return value (%s) cannot be pickled' % type(value).__name__))
         return 1
     return 0
 

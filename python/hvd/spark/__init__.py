@@ -113,12 +113,7 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
         num_proc = sc.defaultParallelism
     if not isinstance(num_proc, int) or num_proc < 1:
         raise ValueError('num_proc=%r: want a positive number of ranks' % (num_proc,))
-    if start_timeout is None:
-        start_timeout = float(os.environ.get('HOROVOD_SPARK_START_TIMEOUT', '') or 600)
-    if start_timeout <= 0:
-        raise ValueError('start_timeout=%r: want a positive number of seconds' % (start_timeout,))
-    if env is not None and not isinstance(env, dict):
-        raise ValueError('env must be a dict of variables for the tasks, not %s' % type(env).__name__)
+    start_timeout = _check_start(start_timeout, env)
     addr, nic = driver_address(nics, sc.getConf().get('spark.driver.host') or socket.gethostname())
     server = _store.RendezvousServer(host=addr if nic else '0.0.0.0',
                                      on_output=_Output(stdout or sys.stdout, stderr or sys.stderr,
@@ -260,12 +255,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     min_num_proc = num_proc if min_num_proc is None else min_num_proc
     max_num_proc = num_proc if max_num_proc is None else max_num_proc
     _elastic.check_args(num_proc, min_num_proc, max_num_proc, 'hvd.spark.run_elastic')
-    if start_timeout is None:
-        start_timeout = float(os.environ.get('HOROVOD_SPARK_START_TIMEOUT', '') or 600)
-    if start_timeout <= 0:
-        raise ValueError('start_timeout=%r: want a positive number of seconds' % (start_timeout,))
-    if env is not None and not isinstance(env, dict):
-        raise ValueError('env must be a dict of variables for the tasks, not %s' % type(env).__name__)
+    start_timeout = _check_start(start_timeout, env)
     addr, nic = driver_address(nics, sc.getConf().get('spark.driver.host') or socket.gethostname())
     group = 'hvd.spark.run_elastic-' + uuid.uuid4().hex[:12]
     box = {}
@@ -305,3 +295,15 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
             if t.is_alive():
                 sc.cancelJobGroup(group)
                 t.join(10)
+
+
+def _check_start(start_timeout, env):
+    """run's and run_elastic's start_timeout (default
+    HOROVOD_SPARK_START_TIMEOUT, else 600 s) and env, checked."""
+    if start_timeout is None:
+        start_timeout = float(os.environ.get('HOROVOD_SPARK_START_TIMEOUT', '') or 600)
+    if start_timeout <= 0:
+        raise ValueError('start_timeout=%r: want a positive number of seconds' % (start_timeout,))
+    if env is not None and not isinstance(env, dict):
+        raise ValueError('env must be a dict of variables for the tasks, not %s' % type(env).__name__)
+    return start_timeout

@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.parse
 
+from hvd.runner.task import error_record  # noqa: F401  (hvd.spark.run's failure records are hvd.run's)
 from hvd.spark import store as _store
 
 CTL_SCOPE = '_hvd_ctl'
@@ -110,25 +111,6 @@ def _wait_start(job, rank):
             return
         if resp.status != 404:
             raise RuntimeError('hvd: the driver\'s store answered %d: %s' % (resp.status, body.decode(errors='replace')))
-
-
-def error_record(rank, exc, what):
-    """The record of a rank whose function raised exc (hvd.run's form)."""
-    import pickle
-    import traceback
-    tb = ''.join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    try:
-        pickled = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(pickled)  # some exceptions pickle but cannot be rebuilt
-    except Exception:  # noqa: B902
-        pickled = None
-    t = type(exc)
-    name = t.__qualname__ if t.__module__ in ('builtins', '__main__', '__mp_main__') else '%s.%s' % (t.__module__, t.__qualname__)
-    message = str(exc)
-    if what:
-        message = '%s (%s)' % (message, what) if message else what
-    return {'ok': False, 'rank': rank, 'host': socket.gethostname(), 'time': time.time(), 'type': name,
-            'message': message, 'traceback': tb, 'exception': pickled}
 
 
 def _shutdown_hvd():
