@@ -89,3 +89,14 @@ def elastic_train(steps, kill_at, commit_every, kill_size, marker=None, kill_par
     loop(state)
     print('rank %d of %d finished at step %d' % (hvd.rank(), hvd.size(), state.batch))
     return hvd.rank(), hvd.size(), [p.detach().flatten().tolist() for p in model.parameters()], trace, state.batch
+
+
+def check_lost_agent_rollback(trace, kill_at, commit_every, steps):
+    """The batches rank 0 ran when the last rank killed its agent starting
+    step kill_at: that rank's worker may finish a step or so more before it
+    dies with the agent, so rank 0 completes steps 0..k-1 (k >= kill_at),
+    then rolls back to the last commit before k and runs on to steps."""
+    batches = [b for b, _ in trace]
+    k = next(i for i in range(1, len(batches)) if batches[i] <= batches[i - 1])
+    assert k >= kill_at and batches[:k] == list(range(k)), batches
+    assert batches[k:] == list(range(k // commit_every * commit_every, steps)), batches
