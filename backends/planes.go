@@ -72,6 +72,21 @@ type DataPlane interface {
 	Memory() []MemoryKind
 }
 
+// Hierarchical is a data plane that can switch its allreduce and allgather
+// between hierarchical and flat algorithms while it runs (backends/hier);
+// the autotuner uses it. Every member must switch alike, between
+// collectives, from the goroutine that calls them.
+type Hierarchical interface {
+	// HierarchicalChoices says which of the two can be hierarchical (the
+	// parts the plane was built with).
+	HierarchicalChoices() (allreduce, allgather bool)
+	// SetHierarchical selects them; a part not in HierarchicalChoices
+	// stays flat.
+	SetHierarchical(allreduce, allgather bool)
+	// HierarchicalState reports what is selected now.
+	HierarchicalState() (allreduce, allgather bool)
+}
+
 // Accepts reports whether p's collectives take buffers on device d.
 func Accepts(p DataPlane, d Device) bool {
 	for _, k := range p.Memory() {

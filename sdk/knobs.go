@@ -23,16 +23,18 @@ import (
 
 // knobs are the parsed settings.
 type knobs struct {
-	fusion        int64         // HOROVOD_FUSION_THRESHOLD, bytes (default 128 MiB, 0 disables)
-	cycle         time.Duration // HOROVOD_CYCLE_TIME: least time between two rounds a rank starts (0: on demand)
-	cache         int           // HOROVOD_CACHE_CAPACITY (default 1024)
-	stallWarn     time.Duration // HOROVOD_STALL_CHECK_TIME_SECONDS (60; 0 with HOROVOD_STALL_CHECK_DISABLE)
-	stallShutdown time.Duration // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
-	timeline      string        // HOROVOD_TIMELINE: a path, or DYNAMIC
-	markCycles    bool          // HOROVOD_TIMELINE_MARK_CYCLES
-	hierAllreduce bool          // HOROVOD_HIERARCHICAL_ALLREDUCE (default on here; see backend.go)
-	hierAllgather bool          // HOROVOD_HIERARCHICAL_ALLGATHER (default on here)
-	dynamic       bool          // HOROVOD_DYNAMIC_PROCESS_SETS
+	fusion        int64           // HOROVOD_FUSION_THRESHOLD, bytes (default 128 MiB, 0 disables)
+	cycle         time.Duration   // HOROVOD_CYCLE_TIME: least time between two rounds a rank starts (0: on demand)
+	cache         int             // HOROVOD_CACHE_CAPACITY (default 1024)
+	stallWarn     time.Duration   // HOROVOD_STALL_CHECK_TIME_SECONDS (60; 0 with HOROVOD_STALL_CHECK_DISABLE)
+	stallShutdown time.Duration   // HOROVOD_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
+	timeline      string          // HOROVOD_TIMELINE: a path, or DYNAMIC
+	markCycles    bool            // HOROVOD_TIMELINE_MARK_CYCLES
+	hierAllreduce bool            // HOROVOD_HIERARCHICAL_ALLREDUCE (default on here; see backend.go)
+	hierAllgather bool            // HOROVOD_HIERARCHICAL_ALLGATHER (default on here)
+	dynamic       bool            // HOROVOD_DYNAMIC_PROCESS_SETS
+	autotune      autotuneKnobs   // HOROVOD_AUTOTUNE*
+	explicit      map[string]bool // the knobs the environment set (autotuning leaves them fixed)
 
 	backend     string        // HVD_BACKEND: auto or a registered backend (backends.Choices)
 	opTimeout   time.Duration // HVD_COLLECTIVE_TIMEOUT_SECONDS (< 0 unset: see backend.go opTimeout)
@@ -48,10 +50,21 @@ type knobs struct {
 	unsupported []string      // Horovod knobs that are set but mean nothing here
 }
 
+// autotuneKnobs are HOROVOD_AUTOTUNE and its settings (Horovod's defaults).
+type autotuneKnobs struct {
+	on             bool
+	log            string  // HOROVOD_AUTOTUNE_LOG: CSV written by rank 0
+	warmup         int     // HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+	stepsPerSample int     // HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+	maxSamples     int     // HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES
+	noise          float64 // HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE
+}
+
 func defaultKnobs() knobs {
 	return knobs{fusion: 128 << 20, cache: 1024, stallWarn: 60 * time.Second,
 		hierAllreduce: true, hierAllgather: true, backend: backendAuto, opTimeout: -1,
-		spin: -1, bindTo: "none", tcpSndBuf: -1}
+		spin: -1, bindTo: "none", tcpSndBuf: -1,
+		autotune: autotuneKnobs{warmup: 3, stepsPerSample: 10, maxSamples: 20, noise: 0.8}}
 }
 
 // knobKind is how a value is written.
@@ -113,6 +126,22 @@ var knobTable = []knobSpec{
 		set: func(k *knobs, _ float64, _ string, b bool) { k.hierAllgather = b }},
 	{name: "HOROVOD_DYNAMIC_PROCESS_SETS", kind: kindBool, doc: "allow add_process_set/remove_process_set after init",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.dynamic = b }},
+	{name: "HOROVOD_AUTOTUNE", kind: kindBool, doc: "tune the fusion threshold, the cycle time and (for a global set spanning hosts) hierarchical allreduce/allgather during the first steps, then keep the best; knobs set explicitly stay fixed",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.autotune.on = b }},
+	{name: "HOROVOD_AUTOTUNE_LOG", kind: kindString, doc: "CSV file rank 0 writes each autotuning trial to (the last row is the best)",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.autotune.log = s }},
+	{name: "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", kind: kindInt, max: 1000, unit: "trials",
+		doc: "autotuning trials discarded at the start",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.autotune.warmup = int(f) }},
+	{name: "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", kind: kindInt, min: 1, max: 1e6, unit: "steps",
+		doc: "steps (a tensor name seen again) per autotuning sample; a trial is the median of 5 samples",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.autotune.stepsPerSample = int(f) }},
+	{name: "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", kind: kindInt, min: 1, max: 1000, unit: "trials",
+		doc: "trials of the Bayesian search over fusion threshold and cycle time",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.autotune.maxSamples = int(f) }},
+	{name: "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kind: kindFloat, max: 1, unit: "",
+		doc: "noise of the Gaussian process (scores scaled to unit variance)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.autotune.noise = f }},
 	{name: "HVD_BACKEND", kind: kindEnum, choices: backends.Choices(), absent: absentBackend,
 		doc: "data plane: shared memory inside a host and TCP across (auto), shm only, or tcp only",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.backend = s }},
@@ -152,8 +181,6 @@ var knobTable = []knobSpec{
 // one is set (to something other than the value that means "default"),
 // Start logs one line saying so, instead of ignoring it silently.
 var ignoredKnobs = map[string]string{
-	"HOROVOD_AUTOTUNE":                "autotuning is not implemented",
-	"HOROVOD_AUTOTUNE_LOG":            "autotuning is not implemented",
 	"HOROVOD_TORUS_ALLREDUCE":         "there is no NCCL data plane",
 	"HOROVOD_THREAD_AFFINITY":         "use hvdrun --bind-to core",
 	"HOROVOD_DISABLE_GROUP_FUSION":    "grouped tensors always fuse with others",
@@ -261,7 +288,12 @@ func readKnobs(getenv func(string) (string, bool)) (knobs, error) {
 		}
 		if err := s.parse(&k, v); err != nil {
 			errs = append(errs, err)
+			continue
 		}
+		if k.explicit == nil {
+			k.explicit = map[string]bool{}
+		}
+		k.explicit[s.name] = true
 	}
 	if k.stallShutdown > 0 && k.stallShutdown < k.stallWarn {
 		k.stallShutdown = 0 // Horovod: shutdown below the warning time only warns

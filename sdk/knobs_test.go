@@ -77,6 +77,10 @@ func TestKnobsValues(t *testing.T) {
 	want.dynamic, want.hierAllreduce, want.hierAllgather = true, false, true
 	want.backend, want.spin, want.shmSmall, want.tcpSndBuf = "tcp", 0, 4096, 0
 	want.timeline, want.opTimeout, want.kernels = "DYNAMIC", 1500*time.Millisecond, "generic"
+	if len(k.explicit) != 15 || !k.explicit["HVD_KERNELS"] {
+		t.Fatalf("explicit: %v", k.explicit)
+	}
+	k.explicit = nil
 	if fmt.Sprint(k) != fmt.Sprint(want) {
 		t.Fatalf("got  %+v\nwant %+v", k, want)
 	}
@@ -91,15 +95,41 @@ func TestKnobsValues(t *testing.T) {
 // Horovod settings hvd does not act on are named when set, never silently
 // dropped; the values horovodrun --gloo sets are not.
 func TestKnobsIgnoredAreReported(t *testing.T) {
-	k, err := readKnobs(envOf(map[string]string{"HOROVOD_AUTOTUNE": "1", "HOROVOD_CONTROLLER": "mpi",
-		"HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_TORUS_ALLREDUCE": "0"}))
+	k, err := readKnobs(envOf(map[string]string{"HOROVOD_THREAD_AFFINITY": "0,1", "HOROVOD_CONTROLLER": "mpi",
+		"HOROVOD_CPU_OPERATIONS": "gloo", "HOROVOD_TORUS_ALLREDUCE": "0", "HOROVOD_AUTOTUNE": "1"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(k.unsupported, "\n")
-	if !strings.Contains(got, "HOROVOD_AUTOTUNE=1 is ignored") || !strings.Contains(got, "HOROVOD_CONTROLLER=mpi is ignored") ||
-		strings.Contains(got, "CPU_OPERATIONS") || strings.Contains(got, "TORUS") {
+	if !strings.Contains(got, "HOROVOD_THREAD_AFFINITY=0,1 is ignored") || !strings.Contains(got, "HOROVOD_CONTROLLER=mpi is ignored") ||
+		strings.Contains(got, "CPU_OPERATIONS") || strings.Contains(got, "TORUS") || strings.Contains(got, "AUTOTUNE") {
 		t.Fatalf("%q", k.unsupported)
+	}
+}
+
+// The autotuning knobs are read with Horovod's defaults, and which knobs
+// were set explicitly is kept (autotuning leaves those fixed).
+func TestKnobsAutotune(t *testing.T) {
+	k, err := readKnobs(envOf(map[string]string{"HOROVOD_AUTOTUNE": "1", "HOROVOD_FUSION_THRESHOLD": "1048576"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := autotuneKnobs{on: true, warmup: 3, stepsPerSample: 10, maxSamples: 20, noise: 0.8}
+	if k.autotune != want || !k.explicit["HOROVOD_FUSION_THRESHOLD"] || k.explicit["HOROVOD_CYCLE_TIME"] {
+		t.Fatalf("%+v %v", k.autotune, k.explicit)
+	}
+	k, err = readKnobs(envOf(map[string]string{"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": "/tmp/x.csv",
+		"HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+		"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "7", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.25"}))
+	want = autotuneKnobs{on: true, log: "/tmp/x.csv", warmup: 0, stepsPerSample: 2, maxSamples: 7, noise: 0.25}
+	if err != nil || k.autotune != want {
+		t.Fatalf("%+v %v", k.autotune, err)
+	}
+	for name, v := range map[string]string{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "1.5", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "0",
+		"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "x"} {
+		if _, err := readKnobs(envOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: %v", name, v, err)
+		}
 	}
 }
 

@@ -92,6 +92,7 @@ type World struct {
 
 	knobs    knobs
 	timeline atomic.Pointer[timeline.Timeline] // global rank 0 only
+	tune     autotune                          // HOROVOD_AUTOTUNE (autotune.go)
 	tlMu     sync.Mutex
 	logf     func(format string, args ...any)
 
@@ -116,6 +117,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
+	installStackDump(getenv)
 	var id rendezvous.Identity
 	if cfg.Identity != nil {
 		id = *cfg.Identity
@@ -404,12 +406,13 @@ func (w *World) buildSets(ctx context.Context, ids []int, sets [][]int) error {
 func (w *World) register(id int, ranks []int, sc setComms) error {
 	ps := &ProcessSet{w: w, id: id, ranks: ranks, p2p: sc.p2p, setRank: slices.Index(ranks, w.id.Rank)}
 	if sc.eng.Data != nil {
+		params, tuner := w.tuning(id, sc.eng.Data)
 		var err error
 		ps.eng, err = engine.New(engine.Config{
 			Data: sc.eng.Data, Control: sc.eng.Control, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
 			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.backend.Label, CacheCapacity: w.knobs.cache,
-			CycleTime: w.knobs.cycle, Heartbeat: heartbeat,
+			CycleTime: w.knobs.cycle, Heartbeat: heartbeat, Params: params, Tuner: tuner,
 			Spin: w.engineSpin(),
 		})
 		if err != nil {
@@ -448,6 +451,7 @@ func (w *World) shutdownAll() {
 			ps.p2p.Close()
 		}
 	}
+	w.closeTuneLog()
 	if tl := w.timeline.Swap(nil); tl != nil {
 		if err := tl.Close(); err != nil {
 			w.logf("hvd: closing the timeline: %v", err)

@@ -147,8 +147,9 @@ type Comm struct {
 	host, lr      int   // this rank's
 	homogeneous   bool
 	contiguous    bool // hosts hold consecutive rank ranges in host order
-	hierAR        bool
+	hierAR        bool // allreduce is hierarchical now (SetHierarchical switches)
 	hierAG        bool
+	canAR, canAG  bool // what it was built with: what SetHierarchical may select
 	splitBytes    int
 	globalRanks   []int
 
@@ -267,6 +268,7 @@ func layout(cfg Config) (*Comm, error) {
 	}
 	c := &Comm{
 		rank: cfg.Rank, size: cfg.Size, hierAR: cfg.HierAllreduce, hierAG: cfg.HierAllgather,
+		canAR: cfg.HierAllreduce, canAG: cfg.HierAllgather,
 		splitBytes: cfg.SplitBytes, globalRanks: cfg.GlobalRanks, flat: cfg.Flat,
 		hostOf: make([]int, cfg.Size), lrank: make([]int, cfg.Size), homogeneous: true, contiguous: true,
 	}
@@ -560,3 +562,18 @@ func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int,
 		return err
 	})
 }
+
+var _ backends.Hierarchical = (*Comm)(nil)
+
+// HierarchicalChoices: the parts built hierarchical (Config's flags).
+func (c *Comm) HierarchicalChoices() (allreduce, allgather bool) { return c.canAR, c.canAG }
+
+// SetHierarchical switches allreduce and allgather between the
+// hierarchical and the flat algorithm (the autotuner does, between
+// collectives, alike on every member). A part built flat stays flat.
+func (c *Comm) SetHierarchical(allreduce, allgather bool) {
+	c.hierAR, c.hierAG = allreduce && c.canAR, allgather && c.canAG
+}
+
+// HierarchicalState: what SetHierarchical selected.
+func (c *Comm) HierarchicalState() (allreduce, allgather bool) { return c.hierAR, c.hierAG }

@@ -2,8 +2,10 @@ package hier
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -636,4 +638,71 @@ func TestMismatchedSizes(t *testing.T) {
 		checkPeerFailure(t, r, 4, err)
 	}
 	t.Logf("rank 0: %v", errs[0])
+}
+
+// SetHierarchical switches allreduce and allgather between the two
+// algorithms while the communicator runs (the autotuner's handle): the
+// steps taken follow the switch, results stay right, and a part built
+// flat cannot be switched on.
+func TestSetHierarchical(t *testing.T) {
+	homog := [][]int{{0, 1}, {2, 3}}
+	logs := make([][]string, 4)
+	comms := build(t, homog, func(c *Config) {
+		dial, r := c.Dial, c.Rank
+		c.HierAllgather = false
+		c.Dial = func(ctx context.Context, name string, members []int) (backends.Communicator, error) {
+			m, err := dial(ctx, name, members)
+			if err != nil {
+				return nil, err
+			}
+			return &recorder{m, name, &logs[r]}, nil
+		}
+	})
+	if ar, ag := comms[0].HierarchicalChoices(); !ar || ag {
+		t.Fatalf("choices %v %v, want allreduce only", ar, ag)
+	}
+	step := func(ar, ag bool) {
+		t.Helper()
+		for r := range logs {
+			logs[r] = nil
+		}
+		errs := runAll(t, comms, 20*time.Second, func(c *Comm) error {
+			c.SetHierarchical(ar, ag)
+			if gar, gag := c.HierarchicalState(); gar != ar || gag {
+				return fmt.Errorf("state %v %v after SetHierarchical(%v, %v)", gar, gag, ar, ag)
+			}
+			buf := make([]byte, 64)
+			for i := range 16 {
+				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(float32(c.Rank()+i)))
+			}
+			if err := c.Allreduce(buf, backends.Float32, backends.Sum); err != nil {
+				return err
+			}
+			for i := range 16 {
+				if got := math.Float32frombits(binary.LittleEndian.Uint32(buf[4*i:])); got != float32(6+4*i) {
+					return fmt.Errorf("element %d: %v", i, got)
+				}
+			}
+			return nil
+		})
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("rank %d: %v", r, err)
+			}
+		}
+	}
+	step(true, false)
+	if len(logs[0]) == 0 {
+		t.Fatal("hierarchical allreduce used no sub-communicator")
+	}
+	step(false, true) // allgather was built flat: stays flat
+	for r, l := range logs {
+		if len(l) != 0 {
+			t.Fatalf("rank %d: flat allreduce used sub-communicators: %v", r, l)
+		}
+	}
+	step(true, false)
+	if len(logs[0]) == 0 {
+		t.Fatal("switching back did not take the hierarchical path")
+	}
 }

@@ -101,6 +101,24 @@ func JobEnv(o *Options, rdzvAddr string, rdzvPort int) []KV {
 			env = append(env, KV{h.key, map[bool]string{true: "1", false: "0"}[*h.v]})
 		}
 	}
+	if a := o.Autotune; a.On {
+		env = append(env, KV{"HOROVOD_AUTOTUNE", "1"})
+		if a.LogFile != "" {
+			env = append(env, KV{"HOROVOD_AUTOTUNE_LOG", a.LogFile})
+		}
+		for _, n := range []struct {
+			key string
+			v   *int
+		}{{"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", a.WarmupSamples}, {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", a.StepsPerSample},
+			{"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", a.MaxSamples}} {
+			if n.v != nil {
+				env = append(env, KV{n.key, strconv.Itoa(*n.v)})
+			}
+		}
+		if a.Noise != nil {
+			env = append(env, KV{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", strconv.FormatFloat(*a.Noise, 'g', -1, 64)})
+		}
+	}
 	if o.BindTo == "core" {
 		env = append(env, KV{"HVD_BIND_TO", "core"})
 	}

@@ -50,7 +50,8 @@ func TestJobEnv(t *testing.T) {
 	o = &Options{NetworkInterfaces: []string{"eth0", "ib0"}, GlooTimeout: ptr(60),
 		FusionThresholdMB: ptr(1.5), CycleTimeMS: ptr(2.5), CacheCapacity: ptr(0),
 		TimelineFilename: "/tmp/tl.json", LogLevel: "DEBUG", StartTimeout: 7 * time.Second,
-		HierAllreduce: ptr(false), HierAllgather: ptr(true), BindTo: "core"}
+		HierAllreduce: ptr(false), HierAllgather: ptr(true), BindTo: "core",
+		Autotune: Autotune{On: true, LogFile: "/tmp/at.csv", WarmupSamples: ptr(0), StepsPerSample: ptr(4), MaxSamples: ptr(9), Noise: ptr(0.25)}}
 	m := map[string]string{}
 	for _, kv := range JobEnv(o, "a", 1) {
 		m[kv.Key] = kv.Value
@@ -60,6 +61,9 @@ func TestJobEnv(t *testing.T) {
 		"HOROVOD_FUSION_THRESHOLD": "1572864", "HOROVOD_CYCLE_TIME": "2.5", "HOROVOD_CACHE_CAPACITY": "0",
 		"HOROVOD_TIMELINE": "/tmp/tl.json", "HOROVOD_LOG_LEVEL": "DEBUG", "HOROVOD_START_TIMEOUT": "7",
 		"HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "1", "HVD_BIND_TO": "core",
+		"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_LOG": "/tmp/at.csv", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "0",
+		"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "4", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "9",
+		"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.25",
 	} {
 		if m[k] != v {
 			t.Errorf("JobEnv: %s = %q, want %q", k, m[k], v)

@@ -33,6 +33,7 @@ type Options struct {
 	BindTo            string        // --bind-to core|none → HVD_BIND_TO (workers bind themselves)
 	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
 	Encrypt           string        // --encrypt[=cross-host|all|off] → HVD_ENCRYPT ("" = not given)
+	Autotune          Autotune      // --autotune and its settings → HOROVOD_AUTOTUNE*
 	CheckBuild        bool          // -cb, --check-build: print the build table instead of running
 	MPI               bool          // --mpi: start the ranks with mpirun (mpi.go)
 	Gloo              bool          // --gloo: hvdrun's own process manager (the default)
@@ -40,6 +41,16 @@ type Options struct {
 	Command           []string      // the worker command and its arguments (non-empty unless CheckBuild)
 
 	Elastic ElasticOptions // elastic flags (elastic_flags.go)
+}
+
+// Autotune holds horovodrun's autotuning flags.
+type Autotune struct {
+	On             bool     // --autotune → HOROVOD_AUTOTUNE=1
+	LogFile        string   // --autotune-log-file → HOROVOD_AUTOTUNE_LOG
+	WarmupSamples  *int     // --autotune-warmup-samples → HOROVOD_AUTOTUNE_WARMUP_SAMPLES
+	StepsPerSample *int     // --autotune-steps-per-sample → HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE
+	MaxSamples     *int     // --autotune-bayes-opt-max-samples → HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES
+	Noise          *float64 // --autotune-gaussian-process-noise → HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE
 }
 
 // flagDef describes one hvdrun flag. names lists every spelling, the
@@ -153,6 +164,46 @@ var flagDefs = []flagDef{
 	{names: []string{"--cache-capacity"}, metavar: "N", takesValue: true,
 		help: "response cache entries, 0 disables (HOROVOD_CACHE_CAPACITY)",
 		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.CacheCapacity, n, v) }},
+	{names: []string{"--autotune"},
+		help: "tune the fusion threshold, the cycle time and hierarchical collectives during the first steps, then keep the best (HOROVOD_AUTOTUNE)",
+		set:  func(o *Options, n, v string) error { o.Autotune.On = true; return nil }},
+	{names: []string{"--autotune-log-file"}, metavar: "FILE", takesValue: true,
+		help: "CSV of every autotuning trial, written by rank 0 (HOROVOD_AUTOTUNE_LOG)",
+		set:  func(o *Options, n, v string) error { o.Autotune.LogFile = v; return nil }},
+	{names: []string{"--autotune-warmup-samples"}, metavar: "N", takesValue: true,
+		help: "autotuning trials discarded first (default 3)",
+		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.Autotune.WarmupSamples, n, v) }},
+	{names: []string{"--autotune-steps-per-sample"}, metavar: "N", takesValue: true,
+		help: "steps per autotuning sample (default 10)",
+		set: func(o *Options, n, v string) error {
+			var k int
+			if err := setPositiveInt(&k, n, v); err != nil {
+				return err
+			}
+			o.Autotune.StepsPerSample = &k
+			return nil
+		}},
+	{names: []string{"--autotune-bayes-opt-max-samples"}, metavar: "N", takesValue: true,
+		help: "trials of the Bayesian search (default 20)",
+		set: func(o *Options, n, v string) error {
+			var k int
+			if err := setPositiveInt(&k, n, v); err != nil {
+				return err
+			}
+			o.Autotune.MaxSamples = &k
+			return nil
+		}},
+	{names: []string{"--autotune-gaussian-process-noise"}, metavar: "ALPHA", takesValue: true,
+		help: "noise of the Gaussian process, from 0 to 1 (default 0.8)",
+		set: func(o *Options, n, v string) error {
+			if err := setNonNegFloat(&o.Autotune.Noise, n, v); err != nil {
+				return err
+			}
+			if *o.Autotune.Noise > 1 {
+				return usageErrorf("%s %q: want a number from 0 to 1", n, v)
+			}
+			return nil
+		}},
 	{names: []string{"--log-level"}, metavar: "LEVEL", takesValue: true,
 		help: "worker log level: " + strings.Join(LogLevels, ", ") + " (HOROVOD_LOG_LEVEL)",
 		set: func(o *Options, n, v string) error {

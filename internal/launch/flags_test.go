@@ -40,6 +40,10 @@ func TestParseArgs(t *testing.T) {
 				TimelineFilename: "tl.json", FusionThresholdMB: ptr(32.0), CycleTimeMS: ptr(2.5),
 				NetworkInterfaces: []string{"eth0", "ib0"}, GlooTimeout: ptr(60), CacheCapacity: ptr(0),
 				LogLevel: "DEBUG", Gloo: true, Command: []string{"cmd", "a"}}},
+		{"autotune", "-np 2 --autotune --autotune-log-file at.csv --autotune-warmup-samples 0 --autotune-steps-per-sample 3 " +
+			"--autotune-bayes-opt-max-samples 12 --autotune-gaussian-process-noise 0.5 cmd",
+			Options{NumProc: 2, Autotune: Autotune{On: true, LogFile: "at.csv", WarmupSamples: ptr(0), StepsPerSample: ptr(3),
+				MaxSamples: ptr(12), Noise: ptr(0.5)}, Command: []string{"cmd"}}},
 		{"network-interface repeats", "--network-interface a --network-interface b -np 1 cmd",
 			Options{NumProc: 1, NetworkInterfaces: []string{"a", "b"}, Command: []string{"cmd"}}},
 		{"flags after the command belong to it", "-np 1 python --verbose -np 3",
@@ -84,6 +88,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{"--fusion-threshold-mb -1 -np 1 cmd", "want a non-negative number"},
 		{"--cycle-time-ms NaN -np 1 cmd", "want a non-negative number"},
 		{"--cache-capacity -2 -np 1 cmd", "want a non-negative integer"},
+		{"--autotune-gaussian-process-noise 1.5 -np 1 cmd", "want a number from 0 to 1"},
+		{"--autotune-steps-per-sample 0 -np 1 cmd", "want a positive integer"},
+		{"--autotune-warmup-samples -1 -np 1 cmd", "want a non-negative integer"},
 		{"--start-timeout 0 -np 1 cmd", "want a positive integer"},
 		{"--network-interfaces eth0,,ib0 -np 1 cmd", "want comma-separated interface names"},
 	}

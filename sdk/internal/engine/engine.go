@@ -141,6 +141,18 @@ type Config struct {
 	// are negotiated (and fused) together. 0: a round starts at once. A
 	// round a peer starts is joined at once when this rank has no work.
 	CycleTime time.Duration
+	// Params, when set, holds the process's current settings (shared by
+	// its engines): what this engine publishes as set rank 0 (see
+	// autotune.go); the global set's engine stores there what it adopts.
+	// nil: this Config's own FusionThreshold and CycleTime. Whatever a
+	// rank publishes, every member uses set rank 0's fusion threshold, so
+	// the engine's copy of FusionThreshold (and, under a tuner, CycleTime)
+	// follows rank 0's from round to round.
+	Params *atomic.Pointer[Params]
+	// Tuner, on the global set's engine of global rank 0 only, is the
+	// autotuner (HOROVOD_AUTOTUNE): fed every round, it stores new
+	// settings in Params.
+	Tuner *Tuner
 	// Heartbeat: while ops of this rank wait for other ranks, an empty
 	// round every Heartbeat checks that the peers are still there (see
 	// heartbeatIn). 0 disables it.
@@ -178,6 +190,9 @@ type Engine struct {
 	polling   atomic.Bool  // the engine goroutine is in spinForWork (a caller may take drv)
 
 	fusion    []byte
+	own       *Params                // this rank's configured settings (set at the first round)
+	adopted   Params                 // set rank 0's, as of the last round
+	inForce   atomic.Pointer[Params] // adopted, for InForce
 	done      chan struct{}
 	quit      chan struct{} // closed by Close: cuts a cycle-time pause short
 	quitOnce  sync.Once

@@ -21,6 +21,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/hvdorg/hvd/backends"
 )
 
 // Status flags (word 0 of a status vector).
@@ -254,10 +256,12 @@ func (e *Engine) round() error {
 		e.stats.pickup.Add(t0.UnixNano() - at)
 	}
 	local := classify(reqs, joining, e.cache)
-	all, err := e.exchangeStatus(local.status)
+	pw := e.publish().words()
+	all, err := e.exchangeStatus(append(local.status, pw[:]...))
 	if err != nil {
 		return err
 	}
+	e.adopt(paramsFromWords(all[0][len(local.status):]))
 	t1 := time.Now()
 	e.stats.status.Add(int64(t1.Sub(t0)))
 	plan := decide(local, all, e.cache)
@@ -287,7 +291,59 @@ func (e *Engine) round() error {
 		}
 	}
 	e.stats.execute.Add(int64(time.Since(t2)))
+	if e.cfg.Tuner != nil && e.cfg.Params != nil {
+		if p, changed := e.cfg.Tuner.Observe(list, t0); changed {
+			e.cfg.Params.Store(&p)
+		}
+	}
 	return nil
+}
+
+// publish returns the settings this rank contributes to a round: the
+// process's shared ones if any, else its own configuration.
+func (e *Engine) publish() Params {
+	if e.own == nil {
+		own := Params{FusionThreshold: e.cfg.FusionThreshold, CycleTime: e.cfg.CycleTime}
+		if h, ok := e.data.(backends.Hierarchical); ok {
+			own.HierAllreduce, own.HierAllgather = h.HierarchicalState()
+		}
+		e.own, e.adopted = &own, own
+	}
+	if e.cfg.Params != nil {
+		if p := e.cfg.Params.Load(); p != nil {
+			return *p
+		}
+	}
+	return *e.own
+}
+
+// adopt puts set rank 0's settings of this round in force on this rank.
+func (e *Engine) adopt(p Params) {
+	e.cfg.FusionThreshold = p.FusionThreshold
+	if p.Tuned {
+		e.cfg.CycleTime = p.CycleTime
+	} else {
+		e.cfg.CycleTime = e.own.CycleTime
+	}
+	if h, ok := e.data.(backends.Hierarchical); ok && (p.HierAllreduce != e.adopted.HierAllreduce || p.HierAllgather != e.adopted.HierAllgather) {
+		h.SetHierarchical(p.HierAllreduce, p.HierAllgather)
+	}
+	if p != e.adopted || e.inForce.Load() == nil {
+		e.adopted = p
+		e.inForce.Store(&p)
+		if e.cfg.SetID == 0 && e.cfg.Params != nil && e.cfg.Tuner == nil {
+			e.cfg.Params.Store(&p)
+		}
+	}
+}
+
+// InForce returns the settings in force as of the last round (set rank
+// 0's); ok is false before the first round. Safe from any goroutine.
+func (e *Engine) InForce() (p Params, ok bool) {
+	if q := e.inForce.Load(); q != nil {
+		return *q, true
+	}
+	return Params{}, false
 }
 
 // exchangeStatus sends this rank's status vector to every member and
