@@ -23,13 +23,40 @@ are reconciled first (Horovod's rule), then the tensor(s), then splits, root
 rank, peer and tag, then the reduce op, then the scale factors and the
 process set.
 """
+import ctypes
 import numbers
 import pickle
 
 from hvd.common import _abi, state
-from hvd.common.handles import synchronize, track
+from hvd.common.handles import check, errbuf, synchronize, track
 from hvd.common.ops import check_op, check_scatter_op, handle_average_backwards_compatibility
 from hvd.common.process_sets import global_process_set, set_id
+
+
+# Shapes as the library takes them (int64 arrays), by shape: a training
+# loop allreduces the same few shapes over and over. The library copies
+# them during the call, so one array serves every call and thread.
+_shape_arrays = {}
+
+
+def _shape_array(shape):
+    key = tuple(shape)
+    a = _shape_arrays.get(key)
+    if a is None:
+        if len(_shape_arrays) >= 4096:
+            _shape_arrays.clear()
+        a = _shape_arrays[key] = (ctypes.c_int64 * len(key))(*key)
+    return a
+
+
+def _call_allreduce(sync, ptr, out, dtype, shape, op, prescale, postscale, process_set, name, priority):
+    """_abi.allreduce (sync) or _abi.allreduce_async, without their per-call
+    allocations (the shape array is cached, the error buffer reused: see
+    handles.py); same arguments, results and errors."""
+    err = errbuf()
+    f = _abi._lib.hvd_allreduce if sync else _abi._lib.hvd_allreduce_async
+    return check(f(ptr, out, dtype, _shape_array(shape), len(shape), op, prescale, postscale, process_set,
+                   (name or '').encode('utf-8'), priority, err, _abi.ERR_LEN), err)
 
 
 class TensorAdapter:
@@ -208,8 +235,8 @@ class Collectives:
         src = fw.contiguous(x)
         out = src if in_place else fw.empty_like(src)
         ptr, dt, shape = self._describe(src)
-        handle = _abi.allreduce_async(ptr, fw.address(out), dt, shape, op, float(prescale_factor),
-                                      float(postscale_factor), set_id(process_set), name, priority)
+        handle = _call_allreduce(False, ptr, fw.address(out), dt, shape, op, float(prescale_factor),
+                                 float(postscale_factor), set_id(process_set), name, priority)
         if in_place:
             return track(handle, (x, src), lambda: fw.copy_back(x, src))
         return track(handle, (x, src, out), lambda: out)
@@ -226,8 +253,8 @@ class Collectives:
         src = fw.contiguous(x)
         out = src if in_place else fw.empty_like(src)
         ptr, dt, shape = self._describe(src)
-        _abi.allreduce(ptr, fw.address(out), dt, shape, op, float(prescale_factor), float(postscale_factor),
-                       set_id(process_set), name, priority)
+        _call_allreduce(True, ptr, fw.address(out), dt, shape, op, float(prescale_factor), float(postscale_factor),
+                        set_id(process_set), name, priority)
         return fw.copy_back(x, src) if in_place else out
 
     def allreduce_async(self, tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,

@@ -5,9 +5,38 @@ A handle is an integer issued by libhvd. track() remembers, per handle, the
 objects whose memory the engine works on (kept alive until the op completes)
 and a function producing synchronize()'s result. Handles are unique across
 frameworks, so one table, handle_map, serves all of them (the framework
-modules also expose it as Horovod's mpi_ops._handle_map)."""
+modules also expose it as Horovod's mpi_ops._handle_map).
+
+The per-op calls (wait and release here, the allreduce calls in
+collectives.py) call the library directly with this thread's error buffer
+(errbuf) instead of through _abi's generated wrappers, which allocate and
+zero a 4 KiB buffer per call: a small op's binding costs a few µs, and a
+batch of async ops pays it several times per tensor (issue 18). Errors are
+raised exactly as the wrappers raise them (check)."""
+
+import ctypes
+import threading
 
 from hvd.common import _abi
+
+_local = threading.local()
+
+
+def errbuf():
+    """This thread's buffer for the library's error messages (the library
+    writes a NUL-terminated message only when a call fails)."""
+    buf = getattr(_local, 'err', None)
+    if buf is None:
+        buf = _local.err = ctypes.create_string_buffer(_abi.ERR_LEN)
+    return buf
+
+
+def check(r, buf, phase='call'):
+    """Raises the library's error for a negative return r, as the generated
+    wrappers do (phase 'sync': the op's own failure); returns r."""
+    if r < 0:
+        _abi._raise(-r, buf.value.decode('utf-8', 'replace'), phase)
+    return r
 
 # handle -> (objects kept alive, function producing synchronize's result)
 handle_map = {}
@@ -40,13 +69,16 @@ def synchronize(handle):
     handle returns None, as in Horovod."""
     if handle not in handle_map:
         return None
+    lib, err = _abi._lib, errbuf()
     try:
-        _abi.wait(handle)
+        check(lib.hvd_wait(handle, err, _abi.ERR_LEN), err, 'sync')
         _, result = handle_map[handle]
         return result()
     finally:
         handle_map.pop(handle, None)
-        try:
-            _abi.release(handle)
-        except ValueError:
-            pass  # hvd was shut down meanwhile: the handle is gone already
+        r = lib.hvd_release(handle, err, _abi.ERR_LEN)
+        if r < 0:
+            try:
+                check(r, err)
+            except ValueError:
+                pass  # hvd was shut down meanwhile: the handle is gone already

@@ -38,6 +38,12 @@ _basics = _HorovodBasics()
 
 # ---------------------------------------------------------------- allreduce
 
+def _needs_grad(tensor):
+    """Whether an op on tensor must be recorded for autograd (else the
+    autograd functions below can be skipped: same result, no graph)."""
+    return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set, priority=0):
     """Asynchronously averages (or reduces with op) the tensor over the
@@ -76,8 +82,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     returns the result as a new tensor; differentiable (the gradient is the
     allreduce of the gradient with the same op)."""
     tensor_compressed, ctx = compression.compress(tensor)
-    summed_tensor_compressed = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor,
-                                                      postscale_factor, process_set, priority)
+    if _needs_grad(tensor_compressed):
+        summed_tensor_compressed = HorovodAllreduce.apply(tensor_compressed, average, name, op, prescale_factor,
+                                                          postscale_factor, process_set, priority)
+    else:  # no graph to record: the autograd function's forward without its bookkeeping (~1.5 µs)
+        summed_tensor_compressed = _c.allreduce_sync(tensor_compressed, average, name, op, prescale_factor,
+                                                     postscale_factor, process_set, priority)
     return compression.decompress(summed_tensor_compressed, ctx)
 
 

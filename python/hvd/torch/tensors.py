@@ -63,12 +63,20 @@ DTYPES = {
 }
 
 
+if hasattr(torch.Tensor, 'is_cpu'):
+    def _on_cpu(t):
+        return t.is_cpu  # a flag read; t.device builds a torch.device each time
+else:  # torch before 1.13
+    def _on_cpu(t):
+        return t.device.type == 'cpu'
+
+
 def check_tensor(tensor, what='tensor'):
     """TypeError unless tensor is a torch.Tensor; ValueError unless it is a
     strided CPU tensor of a supported dtype. Returns it."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError('%s must be a torch.Tensor, not %s' % (what, type(tensor).__name__))
-    if tensor.device.type not in ('cpu', 'cuda'):
+    if not (_on_cpu(tensor) or tensor.is_cuda):
         raise ValueError('hvd: %s is on %s; hvd supports CPU and CUDA tensors' % (what, tensor.device))
     if tensor.layout != torch.strided:
         raise ValueError('hvd: %s has layout %s; use sparse_allreduce_async for sparse tensors' % (what, tensor.layout))
@@ -123,7 +131,7 @@ class TorchTensors(TensorAdapter):
         return x.numel() * x.element_size()
 
     def empty_like(self, x):
-        if x.device.type == 'cpu' and x.numel() * x.element_size() >= _BIG_OUTPUT:
+        if x.numel() * x.element_size() >= _BIG_OUTPUT and _on_cpu(x):
             return _host_empty(x.shape, x.dtype)
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -169,7 +177,7 @@ class TorchTensors(TensorAdapter):
 
 
 def is_cuda(x):
-    return isinstance(x, torch.Tensor) and x.device.type == 'cuda'
+    return isinstance(x, torch.Tensor) and x.is_cuda
 
 
 def to_host(x):
@@ -241,10 +249,16 @@ class StagedCollectives(Collectives):
         return synchronize(start(tensor, name=name, op=op, prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor, process_set=process_set, priority=priority))
 
+    # The async allreduces take the direct route for anything but a CUDA
+    # tensor (the per-op cost of a batch of async ops: issue 18).
     def allreduce_async(self, tensor, *args, **kwargs):
+        if not is_cuda(tensor):
+            return Collectives.allreduce_async(self, tensor, *args, **kwargs)
         return self._staged(lambda t: super(StagedCollectives, self).allreduce_async(t, *args, **kwargs), tensor, False)
 
     def allreduce_async_(self, tensor, *args, **kwargs):
+        if not is_cuda(tensor):
+            return Collectives.allreduce_async_(self, tensor, *args, **kwargs)
         return self._staged(lambda t: super(StagedCollectives, self).allreduce_async_(t, *args, **kwargs), tensor, True)
 
     def grouped_allreduce_async(self, tensors, *args, **kwargs):
