@@ -24,18 +24,24 @@ Control, by files in $HVD_TEST_DIR (written by the test):
   stop          rank 0 sees it: every rank returns (an allreduce decides)
   fail.<wid>    that worker raises RuntimeError at its next step (exit 1)
   fail.all      every worker raises at its next step
+SIGUSR1 dumps the Python threads' stacks to stderr (faulthandler).
 Environment: HVD_TEST_STEP_SLEEP (seconds per step, default 0.02),
 HVD_TEST_NOCOMMIT=1 (never commit: a failure restores the initial state),
 HVD_TEST_MAX_COMMITS (ends training, default 3000). All times are
 time.monotonic() (CLOCK_MONOTONIC, one clock for every process here), as in
 the sdk's HVD_ELASTIC_TRACE=1 lines that bench/elastic reads.
 """
+import faulthandler
 import hashlib
 import os
+import signal
 import sys
 import time
 
 print('BOOT t=%.6f' % time.monotonic(), flush=True)  # before torch is imported
+# The test sends SIGUSR1 (and SIGUSR2: hvd's goroutines, HVD_STACKS_ON_SIGNAL=1)
+# to a job that stops making progress: the stacks say where each worker is.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 import torch  # noqa: E402
 
