@@ -3,6 +3,8 @@ package conformance
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
@@ -59,7 +61,7 @@ func controlCases(n int) []Case {
 	for _, words := range []int{1, 33} {
 		cs = append(cs, statusCase(words))
 	}
-	cs = append(cs, kickCase(), idleTimeoutCase(), statusWakesIdleCase())
+	cs = append(cs, kickCase(), kickStormCase(), idleTimeoutCase(), statusWakesIdleCase())
 	return cs
 }
 
@@ -187,6 +189,67 @@ func kickCase() Case {
 		<-kicked
 		cp.Idle(0)
 		return errors.Join(err, c.Barrier())
+	}}
+}
+
+// kickStormCase: an engine's pattern, many times over. One goroutine
+// queues work (a counter) and Kicks after each; another looks for work and
+// Idles when it sees none. No Kick may be lost: Idle must return after any
+// Kick that came after the consumer last looked, however the two
+// interleave (a lost one leaves work queued while Idle sleeps to its
+// timeout). Between blocking Idles the consumer polls with Idle(0), as the
+// engine's spin does, so Kicks land in the middle of Idle's own steps. The producer pauses now and then, so that the consumer also
+// really sleeps.
+func kickStormCase() Case {
+	return Case{"control/kick-storm", func(c backends.Communicator) error {
+		cp, err := controlOf(c)
+		if err != nil {
+			return err
+		}
+		if err := c.Barrier(); err != nil {
+			return err
+		}
+		const n = 20000
+		var queued atomic.Int64
+		produced := make(chan struct{})
+		go func() {
+			defer close(produced)
+			for i := 1; i <= n; i++ {
+				queued.Store(int64(i))
+				cp.Kick()
+				switch {
+				case i%997 == 0:
+					time.Sleep(200 * time.Microsecond)
+				case i%7 == 0:
+					runtime.Gosched()
+				}
+			}
+		}()
+		const limit = 2 * time.Second
+		for seen := int64(0); seen < n; {
+			if q := queued.Load(); q > seen {
+				seen = q
+				// As the engine's spin: a non-blocking Idle while work
+				// arrives, racing the producer's Kicks.
+				if _, err := cp.Idle(0); err != nil {
+					return fmt.Errorf("Idle(0): %w", err)
+				}
+				continue
+			}
+			start := time.Now()
+			in, err := cp.Idle(limit)
+			if err != nil {
+				return fmt.Errorf("Idle: %w", err)
+			}
+			if !in && time.Since(start) >= limit && queued.Load() > seen {
+				err = fmt.Errorf("a Kick was lost: work %d was queued and kicked, Idle slept %v (the last seen was %d)", queued.Load(), limit, seen)
+				<-produced
+				return errors.Join(err, c.Barrier())
+			}
+		}
+		<-produced
+		cp.Idle(0) // a Kick may still be pending: consume it
+		return c.Barrier()
 	}}
 }
 

@@ -106,8 +106,9 @@ type Comm struct {
 	// aborted: fail published this rank's reason in the store; Close
 	// deletes it (the peers read it right after the failure).
 	aborted atomic.Bool
-	wakeFd  int // signalled by Close
-	kickFd  int // signalled by Kick (wakes Idle)
+	wakeFd  int         // signalled by Close
+	kickFd  int         // signalled by Kick (wakes Idle)
+	kicked  atomic.Bool // kickFd holds a signal Idle has not drained (Kick skips the write)
 
 	scratch []byte   // reused receive space (direct algorithms)
 	rings   [][]byte // reused reduce rings, one per concurrent reducer

@@ -117,8 +117,14 @@ func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
 		return false, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
 	}
 	if pfds[1].Revents != 0 {
+		// Drained, then cleared: a Kick before the clear skipped its write,
+		// but its caller queued work before it, and Idle's caller looks
+		// for work before idling again; a Kick after it writes. (Cleared
+		// first, a Kick between the two would have its write drained and
+		// leave the flag set with nothing pending: every later Kick lost.)
 		var b [8]byte
-		unix.Read(c.kickFd, b[:]) // drain
+		unix.Read(c.kickFd, b[:])
+		c.kicked.Store(false)
 	}
 	for _, p := range pfds[2:] {
 		if p.Revents != 0 {
@@ -133,6 +139,9 @@ func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
 
 // Kick wakes a goroutine blocked in Idle; safe from any goroutine.
 func (c *Comm) Kick() {
+	if c.kicked.Swap(true) {
+		return // a signal is pending already: one write per wake-up, not per enqueue
+	}
 	var one [8]byte
 	one[0] = 1
 	unix.Write(c.kickFd, one[:])
