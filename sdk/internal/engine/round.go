@@ -44,7 +44,7 @@ type localStatus struct {
 // everything is negotiated (the coordinator knows who contributes zeros).
 func classify(reqs []Request, joining bool, cache *Cache) localStatus {
 	W := cache.Words()
-	st := localStatus{words: W, status: make([]uint64, 1+2*W), hits: map[int]Request{}}
+	st := localStatus{words: W, status: make([]uint64, 1+2*W, 1+2*W+paramWords), hits: make(map[int]Request, len(reqs))}
 	hits, invalid := st.status[1:1+W], st.status[1+W:]
 	for _, q := range reqs {
 		if W > 0 && Cacheable(q.Type) && !joining {
@@ -103,8 +103,9 @@ func decide(local localStatus, all [][]uint64, cache *Cache) roundPlan {
 		}
 	}
 	uncached := append([]Request(nil), local.uncached...)
-	var cached []Response
-	var cachedReq, waiting []Request
+	cached := make([]Response, 0, len(local.hits)) // sized: appending 200 Responses one by one was a third of a batch's allocation
+	cachedReq := make([]Request, 0, len(local.hits))
+	var waiting []Request
 	// This rank's hits in bit (cache) order: walking its few hits, not
 	// every bit of the cache (64·W map lookups, 20 µs a round at the
 	// default capacity of 1024, were most of a small op's cost).
