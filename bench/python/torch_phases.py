@@ -24,6 +24,8 @@ Local rows (no peers; each rank alone):
                   conversion + Go entry + error path, no engine)
 Batch rows (200 x 4 KiB, allreduce_async_ then synchronize):
   batch           hvd.allreduce_async_ x 200, hvd.synchronize x 200
+  batch:ctypes    the same as prepared lib.hvd_allreduce_async, hvd_wait and
+                  hvd_release calls (the library's share of the batch)
   py:enqueue      the 200 enqueues with the library call a no-op (Python)
   py:sync         the 200 synchronizes with wait/release no-ops (Python)
 """
@@ -129,6 +131,18 @@ def batch():
 
 
 _pending = []
+_prepared = [(t.data_ptr(), (ctypes.c_int64 * 1)(1024), n.encode()) for t, n in zip(tensors, names)]
+
+
+def batch_ctypes():
+    hs = []
+    for ptr, shp, nm in _prepared:
+        h = lib.hvd_allreduce_async(ptr, ptr, 7, shp, 1, SUM, 1.0, 1.0, 0, nm, 0, ERR, _abi.ERR_LEN)
+        assert h >= 0, ERR.value
+        hs.append(h)
+    for h in hs:
+        assert lib.hvd_wait(h, ERR, _abi.ERR_LEN) >= 0, ERR.value
+        lib.hvd_release(h, ERR, _abi.ERR_LEN)
 
 
 def py_enqueue():
@@ -153,6 +167,7 @@ ROWS = [  # name, per-sample op count, function, collective (needs the peers)
     ('ctypes:rank', args.k, r_rank, False),
     ('ctypes:13args', args.k, r_13, False),
     ('batch', 5, batch, True),
+    ('batch:ctypes', 5, batch_ctypes, True),
 ]
 only = [s for s in args.only.split(',') if s]
 rows = [r for r in ROWS if not only or r[0] in only]

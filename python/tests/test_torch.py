@@ -257,6 +257,24 @@ def test_allreduce_grad():
         assert torch.allclose(x.grad, torch.full([4, 3], float(scale)))
 
 
+def test_allreduce_records_a_graph_only_when_needed():
+    """hvd.allreduce runs without its autograd function when nothing needs a
+    graph (issue 18): the same values either way, a grad_fn only where
+    autograd wants one, and the input untouched."""
+    want = torch.full([3], float(N * (N + 1) // 2))
+    x = torch.full([3], float(R + 1), requires_grad=True)
+    y = hvd.allreduce(x, op=hvd.Sum, name='graph.on')
+    assert y.grad_fn is not None and torch.equal(y.detach(), want)
+    with torch.no_grad():
+        y = hvd.allreduce(x, op=hvd.Sum, name='graph.nograd')
+    assert y.grad_fn is None and not y.requires_grad and torch.equal(y, want)
+    z = torch.full([3], float(R + 1))
+    y = hvd.allreduce(z, op=hvd.Sum, name='graph.plain')
+    assert y.grad_fn is None and torch.equal(y, want) and torch.equal(z, torch.full([3], float(R + 1)))
+    with pytest.raises(TypeError, match='must be a torch.Tensor'):
+        hvd.allreduce([1.0, 2.0], name='graph.notatensor')
+
+
 def test_grouped_allreduce():
     ts = [torch.full([i + 1], float(R + i)) for i in range(4)]
     outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
