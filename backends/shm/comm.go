@@ -128,6 +128,8 @@ const (
 	ctlPid      = 264
 	ctlProbe    = 272 // address of a probe word in this process
 	ctlProbeVal = 280
+	ctlClaim    = 320 // broadcast: op<<32 | chunks claimed (by this rank and the root)
+	ctlPushed   = 384 // broadcast: chunks the root wrote into this rank's buffer
 	ctlMailbox  = 512 // n × 64 B: seq, tag, len, addr (p2p from this rank to j)
 	// then n × 64 B of acks: p2p messages from j this rank consumed
 
