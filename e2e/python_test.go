@@ -217,6 +217,19 @@ func TestPythonSyncBatchNorm(t *testing.T) {
 	}
 }
 
+// DistributedOptimizer(overlap_forward=model): the deferred step trains
+// bit for bit like the plain one (python/tests/test_overlap.py).
+func TestPythonOverlapForward(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg), append(args, "../python/tests/test_overlap.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
 // CUDA tensors take the host-staged path (pinned host copies, the CPU
 // planes, results back on the device) when NCCL is absent: checked with a
 // CUDA stand-in whose data_ptr() raises, so only a staged op can pass. Real

@@ -1,6 +1,8 @@
 """Training step with the backward pass overlapping communication: hvd.torch's
 DistributedOptimizer with priorities=None (Horovod's order) against
-priorities='layer_order' (issue 18), on a model with many layers of mixed
+priorities='layer_order' (issue 18), each also with overlap_forward=model (the
+update of each layer deferred to the next forward pass, which then overlaps
+the remaining allreduces), on a model with many layers of mixed
 sizes, the same data and initial weights, in the same processes, alternating
 rounds so that both see the same machine state. Prints per round the median
 step time of each and the ratio on/off. Run under hvdrun, e.g.
@@ -46,11 +48,13 @@ g = torch.Generator().manual_seed(rank)
 data = [(torch.randn(args.batch, 64, generator=g), torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(8)]
 
 runs = {}
-for label, prio in (('off', None), ('layer_order', 'layer_order')):
+MODES = (('off', None, False), ('layer_order', 'layer_order', False), ('overlap', None, True),
+         ('overlap+layer_order', 'layer_order', True))
+for label, prio, overlap in MODES:
     m = copy.deepcopy(base)
     o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.001),
                                  named_parameters=[('%s.%s' % (label, n), q) for n, q in m.named_parameters()],
-                                 priorities=prio)
+                                 priorities=prio, overlap_forward=m if overlap else None)
     runs[label] = (m, o)
 
 
@@ -76,17 +80,23 @@ def timed(model, opt):
 
 if rank == 0:
     print('# priority_step np=%d layers=%d params=%d batch=%d' % (size, args.layers, nparams, args.batch))
-    print('# round  off_ms  layer_order_ms  ratio(on/off)')
-ratios = []
+    print('# round  ' + '  '.join('%s_ms' % k for k, _, _ in MODES) + '  (ratios to off)')
+ratios = {k: [] for k, _, _ in MODES}
 for r in range(args.rounds):
-    order = ['off', 'layer_order'] if r % 2 == 0 else ['layer_order', 'off']
+    order = [k for k, _, _ in MODES]
+    order = order[r % len(order):] + order[:r % len(order)]  # rotate: every mode runs in every position
     res = {k: timed(*runs[k]) for k in order}
-    ratios.append(res['layer_order'] / res['off'])
+    for k in res:
+        ratios[k].append(res[k] / res['off'])
     if rank == 0:
-        print('  %d  %.3f  %.3f  %.3f' % (r, res['off'], res['layer_order'], ratios[-1]), flush=True)
-# Both trained on the same data from the same weights: same parameters.
-a = torch.cat([q.detach().flatten() for q in runs['off'][0].parameters()])
-b = torch.cat([q.detach().flatten() for q in runs['layer_order'][0].parameters()])
+        print('  %d  ' % r + '  '.join('%.3f (%.3f)' % (res[k], res[k] / res['off']) for k, _, _ in MODES), flush=True)
+# Every mode trained on the same data from the same weights: same parameters
+# (the deferred ones applied first).
+for _, o in runs.values():
+    o.state_dict()
+flat = {k: torch.cat([q.detach().flatten() for q in runs[k][0].parameters()]) for k in runs}
 if rank == 0:
-    print('# median ratio on/off %.3f; max |param difference| %.2e' % (statistics.median(ratios), (a - b).abs().max().item()))
+    print('# median ratio to off: ' + ', '.join('%s %.3f' % (k, statistics.median(v)) for k, v in ratios.items()))
+    print('# max |param difference| to off: ' + ', '.join('%s %.2e' % (k, (flat[k] - flat['off']).abs().max().item())
+                                                        for k in flat))
 hvd.shutdown()

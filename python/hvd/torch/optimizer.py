@@ -100,7 +100,7 @@ def _count_pass(handles, delay, p):
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set, priorities=None):
+                 process_set=global_process_set, priorities=None, overlap_forward=None):
         super(self.__class__, self).__init__(params)
         self._compression = compression
 
@@ -140,10 +140,24 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._p_to_group = {}
         self._group_counts = {}
 
+        # overlap_forward (hvd's addition): step() defers each parameter's
+        # update to just before the next forward pass uses it (_overlap).
+        self._pending = set()
+        self._zero_after = None
+        self._step_hyper = None
+        self._overlap = None
+        if overlap_forward is not None:
+            owned = _ForwardOverlap.owned(self, overlap_forward)  # checked first: nothing registered on failure
         if self.process_set.included() and (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'):
+            if overlap_forward is not None:
+                self._overlap = _ForwardOverlap(self, overlap_forward, owned)
             self._register_hooks()
 
     def load_state_dict(self, *args, **kwargs):
+        # Deferred updates (overlap_forward) are dropped with the handles: the
+        # loaded state replaces them (an elastic restore after a failure).
+        self._pending.clear()
+        self._zero_after = None
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
@@ -269,6 +283,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
+            if self._pending:
+                self._flush()  # overlap_forward: a backward pass without a forward one
             handle, ctx = None, None
             if _count_pass(self._handles, self._allreduce_delay, p):
                 if self._groups is not None:
@@ -298,7 +314,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             self._synchronized = True
             return
+        self._flush()
+        self._launch_missing()
+        for key, (handle, ctx) in self._handles.items():
+            self._complete(key, handle, ctx)
+        self._handles.clear()
+        self._synchronized = True
 
+    def _launch_missing(self):
+        """Launches the allreduces not launched by a gradient hook (the
+        parameters without a gradient get zeros), in name order on every
+        rank."""
         completed = set()
         for x in self._handles.keys():
             completed.update(x) if isinstance(x, tuple) else completed.add(x)
@@ -336,36 +362,85 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if handle is None:
                     self._handles[p] = self._allreduce_grad_async(p)
 
-        for p, (handle, ctx) in self._handles.items():
-            if isinstance(p, tuple):
-                # A grouped result: unpack.
-                outputs = synchronize(handle)
-                for gp, output, gctx in zip(p, outputs, ctx):
-                    self._allreduce_delay[gp] = self.backward_passes_per_step
-                    out = self._decompressed(gp, output, gctx)
-                    if gp.grad.is_sparse:
-                        gp.grad = out.to_sparse()
-                    else:
-                        gp.grad.set_(out)
-            elif callable(handle):
-                # Sparse allreduce or top-k: the handle is a callable.
-                self._allreduce_delay[p] = self.backward_passes_per_step
-                out = handle()
-                if p.grad.is_sparse or out.is_sparse:
-                    p.grad = out
+    def _complete(self, p, handle, ctx):
+        """Waits for one launched allreduce (p: a parameter, or a group's
+        tuple) and writes the reduced gradient(s)."""
+        if isinstance(p, tuple):
+            # A grouped result: unpack.
+            outputs = synchronize(handle)
+            for gp, output, gctx in zip(p, outputs, ctx):
+                self._allreduce_delay[gp] = self.backward_passes_per_step
+                out = self._decompressed(gp, output, gctx)
+                if gp.grad.is_sparse:
+                    gp.grad = out.to_sparse()
                 else:
-                    p.grad.copy_(out)
+                    gp.grad.set_(out)
+        elif callable(handle):
+            # Sparse allreduce or top-k: the handle is a callable.
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            out = handle()
+            if p.grad.is_sparse or out.is_sparse:
+                p.grad = out
             else:
-                output = synchronize(handle)
-                self._allreduce_delay[p] = self.backward_passes_per_step
-                out = self._decompressed(p, output, ctx)
-                if p.grad.is_sparse:
-                    # sparse_as_dense: back to sparse.
-                    p.grad = out.to_sparse()
-                else:
-                    p.grad.set_(out)
-        self._handles.clear()
-        self._synchronized = True
+                p.grad.copy_(out)
+        else:
+            output = synchronize(handle)
+            self._allreduce_delay[p] = self.backward_passes_per_step
+            out = self._decompressed(p, output, ctx)
+            if p.grad.is_sparse:
+                # sparse_as_dense: back to sparse.
+                p.grad = out.to_sparse()
+            else:
+                p.grad.set_(out)
+
+    def _only(self, params, method, *args, hyper=None, **kwargs):
+        """Calls the wrapped optimizer's method (step, zero_grad) on the
+        given parameters alone; with hyper (one dict per param group), with
+        those hyperparameters in place of the current ones."""
+        keep = set(params)
+        stashed = [dict(group) for group in self.param_groups]
+        for i, group in enumerate(self.param_groups):
+            group['params'] = [q for q in group['params'] if q in keep]
+            if hyper is not None:
+                group.update(hyper[i])
+        try:
+            return getattr(super(self.__class__, self), method)(*args, **kwargs)
+        finally:
+            for saved, group in zip(stashed, self.param_groups):
+                group.clear()
+                group.update(saved)
+
+    def _apply(self, params):
+        """overlap_forward: completes the deferred step for these pending
+        parameters (and those sharing a grouped allreduce with them): waits
+        for their allreduces and runs the wrapped optimizer on them alone."""
+        keys, seen = [], set()
+        for p in params:
+            key = self._p_to_group.get(p, p) if self._groups is not None else p
+            if key in self._handles and id(key) not in seen:
+                seen.add(id(key))
+                keys.append(key)
+        done = []
+        for key in keys:
+            handle, ctx = self._handles.pop(key)
+            self._complete(key, handle, ctx)
+            done.extend(key if isinstance(key, tuple) else (key,))
+        done = [p for p in done if p in self._pending]
+        if not done:
+            return
+        self._pending.difference_update(done)
+        # With the hyperparameters of the step() call (an LR scheduler may
+        # have stepped since).
+        self._only(done, 'step', hyper=self._step_hyper)
+        if self._zero_after is not None:
+            self._only(done, 'zero_grad', *self._zero_after[0], **self._zero_after[1])
+        if not self._pending:
+            self._zero_after = None
+
+    def _flush(self):
+        """overlap_forward: completes whatever the deferred step left."""
+        if self._pending:
+            self._apply(list(self._pending))
 
     @contextmanager
     def skip_synchronize(self):
@@ -377,7 +452,23 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         finally:
             self._should_synchronize = True
 
+    def state_dict(self, *args, **kwargs):
+        self._flush()
+        return super(self.__class__, self).state_dict(*args, **kwargs)
+
     def step(self, closure=None):
+        if self._overlap is not None and self._should_synchronize:
+            # Deferred: each parameter is updated by the forward pre-hook of
+            # the module owning it (or at the next flush point).
+            if closure is not None:
+                raise ValueError('hvd: DistributedOptimizer(overlap_forward=...) defers step(); '
+                                 'it takes no closure')
+            self._flush()
+            self._launch_missing()
+            self._step_hyper = [{k: v for k, v in g.items() if k != 'params'} for g in self.param_groups]
+            self._pending = set(self._requires_update)
+            self._synchronized = False
+            return None
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn('optimizer.step() called without '
@@ -391,11 +482,59 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
+        if getattr(self, '_pending', None):  # (the Adasum optimizer shares this method and has none)
+            # overlap_forward: the deferred updates still need their
+            # gradients; those are zeroed once applied.
+            self._zero_after = (args, kwargs)
+            rest = [p for group in self.param_groups for p in group['params'] if p not in self._pending]
+            return self._only(rest, 'zero_grad', *args, **kwargs)
         if self._handles:
             raise AssertionError('optimizer.zero_grad() was called after loss.backward() '
                                  'but before optimizer.step() or optimizer.synchronize(). '
                                  'This is prohibited as it can cause a race condition.')
         return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+class _ForwardOverlap:
+    """DistributedOptimizer(overlap_forward=model): step() returns at once
+    and each parameter's update is applied by a forward pre-hook of the
+    module that owns it, when the next forward pass reaches that module. The
+    allreduces of the layers the forward pass needs last (the first ones
+    reduced, as the backward pass produces them first) then overlap the
+    forward pass of the first layers; with priorities='layer_order' the
+    first layers' gradients are reduced before the others ready with them.
+    A forward hook on the model applies what the pass did not reach
+    (parameters it did not use); step(), synchronize(), state_dict() and a
+    gradient hook apply everything first; load_state_dict() drops it."""
+
+    def __init__(self, opt, model, owned):
+        for m, own in owned:
+            m.register_forward_pre_hook(self._pre(opt, own))
+        model.register_forward_hook(lambda *_: opt._flush())
+
+    @staticmethod
+    def owned(opt, model):
+        """The (module, its parameters of opt) pairs of model; ValueError
+        for anything but a module owning some of them."""
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError('hvd: overlap_forward takes the model (a torch.nn.Module) whose forward '
+                             'pass uses the parameters, not %r' % (type(model).__name__,))
+        params = {p for group in opt.param_groups for p in group['params']}
+        out = []
+        for m in model.modules():
+            own = [p for p in m.parameters(recurse=False) if p in params]
+            if own:
+                out.append((m, own))
+        if not out:
+            raise ValueError("hvd: overlap_forward: the model owns none of the optimizer's parameters")
+        return out
+
+    @staticmethod
+    def _pre(opt, own):
+        def hook(*_):
+            if opt._pending:
+                opt._apply([p for p in own if p in opt._pending])
+        return hook
 
 
 class _DistributedAdasumOptimizer(torch.optim.Optimizer):
@@ -502,7 +641,8 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=global_process_set, priorities=None):
+                         sparse_as_dense=False, process_set=global_process_set, priorities=None,
+                         overlap_forward=None):
     """Wraps a torch optimizer so that step() averages gradients over the
     process set first (allreduces launched from backward hooks as gradients
     become ready, overlapping the backward pass).
@@ -523,12 +663,21 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         at the same time, the parameters the optimizer lists first (the first layers, which the
         next forward pass needs first) are negotiated, fused and reduced first; a dict from
         parameter name to int; or a callable (name, parameter) -> int. Higher goes first.
+    overlap_forward (hvd's addition, off by default): the model. step() then returns without
+        waiting, and each parameter is updated when the next forward pass reaches the module
+        owning it, so the remaining allreduces overlap the forward pass (with
+        priorities='layer_order', the first layers' come first). For optimizers that update each
+        parameter on its own (SGD, Adam, AdamW, RMSprop, Adagrad, ...); no closure; a parameter
+        used by another module before its owner runs sees its previous value.
     """
     if gradient_predivide_factor != 1.0:
         if rocm_built():
             raise ValueError('gradient_predivide_factor not supported yet with ROCm')
         if op != Average:
             raise ValueError('gradient_predivide_factor not supported with op != Average')
+
+    if overlap_forward is not None and op == Adasum:
+        raise ValueError('hvd: overlap_forward cannot be combined with op=Adasum (its step is already per parameter)')
 
     if num_groups != 0:
         warnings.warn('Parameter `num_groups` has been replaced by `groups` '
@@ -547,4 +696,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense, process_set, priorities)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set, priorities, overlap_forward)

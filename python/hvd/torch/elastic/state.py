@@ -116,7 +116,15 @@ class TorchState(ObjectState):
             setattr(self, name, h.value)
         super().__init__(bcast_object=broadcast_object, get_rank=rank, **rest)
 
+    def _apply_deferred(self):
+        # DistributedOptimizer(overlap_forward=...) may hold updates for the
+        # next forward pass: the model saved or synced must have them.
+        for h in self._handlers.values():
+            if isinstance(h, OptimizerStateHandler) and hasattr(h.value, '_flush'):
+                h.value._flush()
+
     def save(self):
+        self._apply_deferred()
         for h in self._handlers.values():
             h.save()
         super().save()
