@@ -149,14 +149,14 @@ func (c *Comm) claimChunk(r, n int) (int, bool) {
 	}
 }
 
-// bcastChunks cuts a broadcast of n bytes into chunks: a quarter of it
-// (two each for the root and a receiver when both run), whole pages,
-// between 64 KiB and 4 MiB (finer chunks cost system calls: a 64 KiB
-// process_vm_readv runs at 3/4 of a 1 MiB one's speed; at 1 MiB, eighths
-// were 10–30 % slower than quarters, halves no faster). It returns the
-// chunk size and count.
+// bcastChunks cuts a broadcast of n bytes into chunks: halves (one each
+// for the root and a receiver when both run; a process that starts late
+// finds its half taken) of whole pages, at least 64 KiB and at most 4 MiB
+// (finer chunks cost system calls: a 64 KiB process_vm_readv runs at 3/4
+// of a 1 MiB one's speed; at 256 KiB–4 MiB, quarters were 10–40 % slower
+// than halves). It returns the chunk size and count.
 func bcastChunks(n int) (size, count int) {
-	size = min(max(n/4, 64<<10), 4<<20)
+	size = min(max(n/2, 64<<10), 4<<20)
 	size = (size + 4095) &^ 4095
 	return size, (n + size - 1) / size
 }
