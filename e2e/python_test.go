@@ -217,14 +217,16 @@ func TestPythonSyncBatchNorm(t *testing.T) {
 	}
 }
 
-// DistributedOptimizer(overlap_forward=model): the deferred step trains
-// bit for bit like the plain one (python/tests/test_overlap.py).
-func TestPythonOverlapForward(t *testing.T) {
+// hvd's DistributedOptimizer additions of issue 18: overlap_forward=model,
+// whose deferred step trains bit for bit like the plain one
+// (python/tests/test_overlap.py), and Compression.measured()
+// (python/tests/test_measured.py).
+func TestPythonOptimizerAdditions(t *testing.T) {
 	pkg := pythonPackage(t)
 	for _, np := range []int{2, 3} {
 		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
 			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
-			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg), append(args, "../python/tests/test_overlap.py")...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg), append(args, "../python/tests/test_overlap.py", "../python/tests/test_measured.py")...)
 			checkPytest(t, out, code, np)
 		})
 	}

@@ -20,6 +20,11 @@ is none for tensors under 1024 elements and for biases and norms, fp16 up to
 65536 elements, top-k (1 %) above; ``adaptive(rules=[('*.bias', none),
 (lambda name, t: t.numel() > 1e6, topk(0.001))], default=fp16)`` chooses
 explicitly (the first rule that matches wins).
+
+``Compression.measured()`` decides from the gradients themselves: it
+measures, over the first steps, the error each candidate would make on each
+tensor, and picks per tensor the most aggressive candidate within its bound
+(MeasuredCompression).
 """
 import fnmatch
 
@@ -159,6 +164,99 @@ class AdaptiveCompression:
     decompress = compress
 
 
+class MeasuredCompression:
+    """A policy choosing a compressor per tensor from measured sensitivity.
+
+    For its first ``steps`` optimizer steps every gradient is reduced
+    uncompressed, and for each candidate the policy measures the relative
+    error the candidate would have made on it, ||g - c(g)|| / ||g|| (for
+    top-k: the part of the gradient a step would leave in the residual).
+    At the end of the last measured step the errors are averaged over the
+    process set (one allreduce, so every rank decides alike) and each
+    tensor gets the first candidate, in the order given (most aggressive
+    first), whose mean error is within its bound; a tensor no candidate
+    suits stays uncompressed. ``decisions`` then maps names to compressors
+    (a name absent from it: uncompressed).
+
+    candidates: (compressor, max relative error) pairs; the default is
+    top-k 1 % within 0.5 (gradients whose largest 1 % carry three quarters
+    of their energy), then bf16 within 0.01, else none."""
+
+    def __init__(self, candidates=None, steps=5):
+        if candidates is None:
+            candidates = [(TopKCompressor(0.01), 0.5), (BF16Compressor, 0.01)]
+        self.candidates = []
+        for comp, bound in candidates:
+            if not 0 <= float(bound):
+                raise ValueError('hvd: a measured compression bound is a relative error >= 0, not %r' % (bound,))
+            self.candidates.append((comp, float(bound)))
+        if int(steps) < 1:
+            raise ValueError('hvd: measured compression needs at least one measured step, not %r' % (steps,))
+        self.steps = int(steps)
+        self.step = 0
+        self.errors = {}      # name -> [sum of relative errors per candidate]
+        self.decisions = None  # name -> compressor, once decided
+
+    def __repr__(self):
+        return 'Compression.measured(%r, steps=%d)' % (self.candidates, self.steps)
+
+    @staticmethod
+    def relative_error(comp, tensor):
+        """The relative error comp makes on tensor in one step."""
+        g = tensor.detach().reshape(-1).to(torch.float64)
+        norm = g.norm()
+        if norm == 0:
+            return 0.0
+        if getattr(comp, 'sparse', False):
+            k = comp.k(g.numel())
+            sq = g * g
+            left = sq.sum() - torch.topk(sq, k, sorted=False).values.sum()
+            return float(left.clamp(min=0).sqrt() / norm)
+        c, ctx = comp.compress(tensor.detach())
+        return float((g - comp.decompress(c, ctx).reshape(-1).to(torch.float64)).norm() / norm)
+
+    def select(self, name, tensor):
+        if self.decisions is not None:
+            return self.decisions.get(name, NoneCompressor)
+        if not tensor.dtype.is_floating_point:
+            return NoneCompressor
+        errs = [self.relative_error(c, tensor) for c, _ in self.candidates]
+        acc = self.errors.setdefault(name, [0.0] * len(errs))
+        for i, e in enumerate(errs):
+            acc[i] += e
+        return NoneCompressor
+
+    def end_step(self, process_set):
+        """Called by DistributedOptimizer once per step on every rank of the
+        set; decides after the last measured step."""
+        if self.decisions is not None:
+            return
+        self.step += 1
+        if self.step < self.steps:
+            return
+        from hvd.torch.functions import allgather_object
+        # The names measured may differ between ranks only by gradients some
+        # rank never saw; every rank sums what it measured, by name.
+        mine = {n: [e / self.steps for e in v] for n, v in self.errors.items()}
+        every = allgather_object(mine, name='hvd.compression.measured', process_set=process_set)
+        names = sorted(set().union(*every))
+        self.decisions = {}
+        for n in names:
+            rows = [m[n] for m in every if n in m]
+            mean = [sum(r[i] for r in rows) / len(rows) for i in range(len(self.candidates))]
+            for (comp, bound), e in zip(self.candidates, mean):
+                if e <= bound:
+                    self.decisions[n] = comp
+                    break
+        self.errors = {}
+
+    def compress(self, tensor):
+        raise NotImplementedError('hvd: measured compression chooses per named gradient: use it through '
+                                  'DistributedOptimizer(compression=...)')
+
+    decompress = compress
+
+
 class Compression:
     """Optional gradient compression algorithms used during allreduce."""
     none = NoneCompressor
@@ -175,7 +273,14 @@ class Compression:
         """A per-tensor policy (DistributedOptimizer only); see AdaptiveCompression."""
         return AdaptiveCompression(rules, default)
 
+    @staticmethod
+    def measured(candidates=None, steps=5):
+        """A per-tensor policy from measured sensitivity (DistributedOptimizer only); see MeasuredCompression."""
+        return MeasuredCompression(candidates, steps)
+
 
 def select(compression, name, tensor):
     """The compressor compression uses for this named tensor."""
-    return compression.select(name, tensor) if isinstance(compression, AdaptiveCompression) else compression
+    if isinstance(compression, (AdaptiveCompression, MeasuredCompression)):
+        return compression.select(name, tensor)
+    return compression

@@ -8,7 +8,7 @@ import torch
 from hvd.common.collectives import check_priority
 from hvd.common.ops import check_adasum
 from hvd.common.process_sets import global_process_set, set_id
-from hvd.torch.compression import AdaptiveCompression, Compression, TopKCompressor, select
+from hvd.torch.compression import AdaptiveCompression, Compression, MeasuredCompression, TopKCompressor, select
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
                                sparse_allreduce_async, synchronize)
@@ -133,7 +133,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         if id(p) in grouped_parameter_ids:
                             raise ValueError('A parameter can only appear once in groups.')
                         grouped_parameter_ids.add(id(p))
-        if groups is not None and isinstance(compression, (AdaptiveCompression, TopKCompressor)):
+        if groups is not None and isinstance(compression, (AdaptiveCompression, MeasuredCompression, TopKCompressor)):
             raise ValueError('hvd: %s cannot be combined with groups (a group is one grouped allreduce; '
                              'top-k gradients are reduced by allgathers)' % (compression,))
         self._groups = groups
@@ -320,6 +320,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._complete(key, handle, ctx)
         self._handles.clear()
         self._synchronized = True
+        self._end_step()
+
+    def _end_step(self):
+        """Tells a measuring compression policy that a step's gradients were
+        all selected (every rank of the set calls it once per step)."""
+        end = getattr(self._compression, 'end_step', None)
+        if end is not None:
+            end(self.process_set)
 
     def _launch_missing(self):
         """Launches the allreduces not launched by a gradient hook (the
@@ -465,6 +473,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                                  'it takes no closure')
             self._flush()
             self._launch_missing()
+            self._end_step()
             self._step_hyper = [{k: v for k, v in g.items() if k != 'params'} for g in self.param_groups]
             self._pending = set(self._requires_update)
             self._synchronized = False
