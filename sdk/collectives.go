@@ -3,9 +3,12 @@ package sdk
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
@@ -88,16 +91,38 @@ type Handle struct {
 
 // Wait blocks until the op completes and returns its output (the first one
 // for grouped ops; see Outputs).
-func (h *Handle) Wait() (Tensor, error) { return h.wait(false) }
+func (h *Handle) Wait() (Tensor, error) { return h.wait(waitPlain) }
+
+// WaitFromC is Wait for a goroutine locked to a C caller's thread
+// (cmd/libhvd): it first sleeps in the kernel until the engine completes
+// the op (engine.Handle.WaitKernel), up to kernelWaitLimit, rather than
+// being parked and woken through the Go scheduler. Results and errors are
+// Wait's.
+func (h *Handle) WaitFromC() (Tensor, error) { return h.wait(waitKernel) }
+
+// kernelWaitLimit bounds WaitFromC's kernel sleep: small ops complete
+// within it; a longer one then waits as Wait does.
+const kernelWaitLimit = 2 * time.Millisecond
+
+// kernelWaiters counts the goroutines in WaitFromC.
+var kernelWaiters atomic.Int32
+
+type waitMode int
+
+const (
+	waitPlain waitMode = iota
+	waitDriving
+	waitKernel
+)
 
 // WaitDriving is Wait for a goroutine locked to its OS thread, such as a C
 // caller's (cmd/libhvd): while the set's engine is only polling for work,
 // the caller runs the negotiation round and the collective itself instead
 // of waiting for the engine's goroutine to complete the op and wake its
 // thread (see engine.Handle.WaitDriving). Results and errors are Wait's.
-func (h *Handle) WaitDriving() (Tensor, error) { return h.wait(true) }
+func (h *Handle) WaitDriving() (Tensor, error) { return h.wait(waitDriving) }
 
-func (h *Handle) wait(drive bool) (Tensor, error) {
+func (h *Handle) wait(mode waitMode) (Tensor, error) {
 	if h.p2p != nil {
 		h.p2p.wait()
 		if h.p2p.err != nil {
@@ -106,11 +131,24 @@ func (h *Handle) wait(drive bool) (Tensor, error) {
 		return h.p2p.t, nil
 	}
 	for _, o := range h.ops {
-		wait := o.Handle().Wait
-		if drive {
-			wait = o.Handle().WaitDriving
+		var err error
+		switch mode {
+		case waitDriving:
+			err = o.Handle().WaitDriving()
+		case waitKernel:
+			// The kernel sleep keeps this thread's processor: never let
+			// such sleepers take every processor (the engine goroutine
+			// could then not run until their limit passed).
+			limit := time.Duration(0)
+			if int(kernelWaiters.Add(1)) < runtime.GOMAXPROCS(0) {
+				limit = kernelWaitLimit
+			}
+			err = o.Handle().WaitKernel(limit)
+			kernelWaiters.Add(-1)
+		default:
+			err = o.Handle().Wait()
 		}
-		if err := wait(); err != nil {
+		if err != nil {
 			return Tensor{}, h.ps.wrapErr(h.op, err)
 		}
 	}

@@ -28,11 +28,14 @@ func (ps *ProcessSet) AllreduceIntoAsync(t, out Tensor, o ReduceOptions) (*Handl
 // itself, and the engine goroutine cannot start that round in between.
 //
 // Only with HVD_CALLER_ROUNDS=1; otherwise it is AllreduceIntoAsync then
-// Wait (measured here: faster at np 4 on 2 cores, slower at np 2 while other
+// WaitFromC (measured here: faster at np 4 on 2 cores, slower at np 2 while other
 // processes loaded the machine — issue 18's notes in docs/performance.md).
 func (ps *ProcessSet) AllreduceIntoDriving(t, out Tensor, o ReduceOptions) error {
 	if ps == nil || ps.w == nil || !ps.w.knobs.callerDrive {
-		_, err := wait(ps.AllreduceIntoAsync(t, out, o))
+		h, err := ps.AllreduceIntoAsync(t, out, o)
+		if err == nil {
+			_, err = h.WaitFromC()
+		}
 		return err
 	}
 	held := ps.eng != nil && ps.eng.TryHold()

@@ -60,6 +60,8 @@ type Op struct {
 type Handle struct {
 	e          *Engine
 	done       chan struct{}
+	bell       atomic.Uint32 // 1 once done is closed (WaitKernel sleeps on it)
+	sleepers   atomic.Int32  // goroutines in WaitKernel's kernel sleep
 	err        error
 	Out        Tensor
 	RecvSplits []int32
@@ -86,6 +88,43 @@ func (h *Handle) Wait() error {
 // caller two thread wake-ups (tens of µs each on small VMs). A Go caller
 // gains nothing: the engine goroutine hands it the op's completion on its
 // own thread (spinForWork), so it uses Wait.
+// finish completes the op: closes done and wakes WaitKernel. It comes
+// after h.err and the outputs are set.
+func (h *Handle) finish() {
+	close(h.done)
+	h.bell.Store(1)
+	if h.sleepers.Load() > 0 {
+		kernelWake(&h.bell)
+	}
+}
+
+// WaitKernel is Wait for a goroutine locked to a C caller's thread
+// (cmd/libhvd). Parking such a goroutine and waking it through the Go
+// scheduler costs several thread hand-offs (tens of µs per op on these
+// VMs); instead it first sleeps in the kernel, up to limit, on a word
+// finish rings, keeping its thread and processor, so that its wake-up is
+// one futex wake. Past limit (a long op) it waits as Wait does: the
+// processor it holds meanwhile delays a garbage collection's
+// stop-the-world by as much, so limit stays short.
+func (h *Handle) WaitKernel(limit time.Duration) error {
+	if h.bell.Load() == 0 && limit > 0 {
+		// finish stores the bell, then reads sleepers; this adds to
+		// sleepers, then reads the bell: one of the two sees the other.
+		h.sleepers.Add(1)
+		deadline := time.Now().Add(limit)
+		for h.bell.Load() == 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				break
+			}
+			kernelSleep(&h.bell, left)
+		}
+		h.sleepers.Add(-1)
+	}
+	<-h.done
+	return h.err
+}
+
 func (h *Handle) WaitDriving() error {
 	if h.e != nil {
 		h.e.drive(h)

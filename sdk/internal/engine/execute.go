@@ -38,7 +38,7 @@ func (e *Engine) complete(o *Op, err error) {
 		e.tl().End(o.Name, o.In.DType.String(), o.h.Out.Shape)
 	}
 	o.h.err = err
-	close(o.h.done)
+	o.h.finish()
 }
 
 // execute runs one response. A backend error is returned (it breaks the
@@ -61,7 +61,7 @@ func (e *Engine) execute(r *Response) error {
 		e.mu.Unlock()
 		for _, o := range joins {
 			o.h.LastJoined = int(r.LastJoined)
-			close(o.h.done)
+			o.h.finish()
 		}
 		return nil
 	case Allreduce:

@@ -445,7 +445,7 @@ func (e *Engine) failAll(err error) {
 	e.mu.Unlock()
 	for _, o := range ops {
 		o.h.err = err
-		close(o.h.done)
+		o.h.finish()
 	}
 }
 

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package engine
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Without futexes WaitKernel waits as Wait does.
+func kernelSleep(w *atomic.Uint32, d time.Duration) {}
+func kernelWake(w *atomic.Uint32)                   {}
