@@ -23,7 +23,10 @@
 //     reading the peers' blocks chunk by chunk into a cache-sized buffer,
 //     followed by an allgather straight into the user's buffer, pipelined
 //     on per-block progress counters. A rank whose memory is read waits for
-//     its readers' done counters before returning.
+//     its readers' done counters before returning. The large broadcast
+//     also writes: root and receiver claim halves of the buffer from a
+//     counter, the receiver reading its halves, the root writing its own
+//     into the receiver's buffer (process_vm_writev, broadcast.go).
 //   - Waiting spins for a few tens of µs (yields to other processes instead
 //     when ranks outnumber cores), then sleeps on a futex in the segment;
 //     posting a counter wakes only ranks that are asleep. Sleepers check the
