@@ -161,6 +161,17 @@ def bind(lib, raise_error):
     _raise = raise_error
 
 
+def library():
+    """The bound ctypes library, for callers that make their own calls on
+    it (the binding's fast paths, which reuse their buffers)."""
+    return _lib
+
+
+def raise_error(code, message, phase):
+    """Raises the library's error code (positive) as the functions below do."""
+    _raise(code, message, phase)
+
+
 def _array(ctype, values):
     if values is None:
         return None, -1

@@ -54,7 +54,7 @@ def _call_allreduce(sync, ptr, out, dtype, shape, op, prescale, postscale, proce
     allocations (the shape array is cached, the error buffer reused: see
     handles.py); same arguments, results and errors."""
     err = errbuf()
-    f = _abi._lib.hvd_allreduce if sync else _abi._lib.hvd_allreduce_async
+    f = _abi.library().hvd_allreduce if sync else _abi.library().hvd_allreduce_async
     return check(f(ptr, out, dtype, _shape_array(shape), len(shape), op, prescale, postscale, process_set,
                    (name or '').encode('utf-8'), priority, err, _abi.ERR_LEN), err)
 

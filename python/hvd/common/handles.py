@@ -35,7 +35,7 @@ def check(r, buf, phase='call'):
     """Raises the library's error for a negative return r, as the generated
     wrappers do (phase 'sync': the op's own failure); returns r."""
     if r < 0:
-        _abi._raise(-r, buf.value.decode('utf-8', 'replace'), phase)
+        _abi.raise_error(-r, buf.value.decode('utf-8', 'replace'), phase)
     return r
 
 # handle -> (objects kept alive, function producing synchronize's result)
@@ -69,7 +69,7 @@ def synchronize(handle):
     handle returns None, as in Horovod."""
     if handle not in handle_map:
         return None
-    lib, err = _abi._lib, errbuf()
+    lib, err = _abi.library(), errbuf()
     try:
         check(lib.hvd_wait(handle, err, _abi.ERR_LEN), err, 'sync')
         _, result = handle_map[handle]

@@ -234,11 +234,11 @@ class MeasuredCompression:
         self.step += 1
         if self.step < self.steps:
             return
-        from hvd.torch.functions import allgather_object
+        from hvd.torch.tensors import collectives  # (not hvd.torch.functions: an import cycle)
         # The names measured may differ between ranks only by gradients some
         # rank never saw; every rank sums what it measured, by name.
         mine = {n: [e / self.steps for e in v] for n, v in self.errors.items()}
-        every = allgather_object(mine, name='hvd.compression.measured', process_set=process_set)
+        every = collectives.allgather_object(mine, 'hvd.compression.measured', process_set)
         names = sorted(set().union(*every))
         self.decisions = {}
         for n in names:
