@@ -377,3 +377,20 @@ func TestCleanCloseDoesNotAbortOthersLastOp(t *testing.T) {
 		t.Fatalf("the slower rank's broadcast after the root closed: %v %v", got, err)
 	}
 }
+
+// The first failure published is the one every member reports: a member
+// that then fails on another rank (rank 0 exiting after it failed on rank
+// 2 dying) names the published cause, not its own. (CI: rank 1 reported
+// "rank 0: process exited" after rank 2 was killed.)
+func TestFailReportsThePublishedCause(t *testing.T) {
+	cs := newComms(t, 3, nil)
+	first := cs[0].fail("allreduce", 2, reasonDied, "process exited")
+	second := cs[1].fail("allreduce", 0, reasonDied, "process exited")
+	var pe *backends.PeerError
+	if !errors.As(second, &pe) || pe.Peer != 2 || !strings.Contains(second.Error(), "rank 2") {
+		t.Fatalf("rank 1 reported %v; want rank 2's failure as published by rank 0 (%v)", second, first)
+	}
+	if !errors.As(first, &pe) || pe.Peer != 2 {
+		t.Fatalf("rank 0: %v", first)
+	}
+}

@@ -161,20 +161,25 @@ func (c *Comm) peerGone(op string, r int) *goneError {
 
 // fail records a failure caused by rank culprit, publishes it in the
 // header (first writer wins) so every member stops, and returns the error.
+// When another member published first, that failure is the one returned:
+// every member then names the same cause. (A member that failed on rank 0
+// exiting — because rank 0 had itself failed on rank 2 dying and left —
+// reported rank 0 instead of rank 2.)
 func (c *Comm) fail(op string, culprit, reason int, why string) error {
 	pe := &backends.PeerError{Peer: culprit, Global: -1, Op: op, Err: fmt.Errorf("%s", why)}
 	if c.globalRanks != nil {
 		pe.Global = c.globalRanks[culprit]
 	}
 	abort := c.seg.u64(hdrAbort)
-	if abort.CompareAndSwap(0, uint64(culprit+1)|uint64(reason)<<32|1<<63) {
-		msg := []byte(pe.Error())
-		n := min(len(msg), hdrWhyBytes)
-		copy(c.seg.mem[hdrWhy:hdrWhy+n], msg)
-		c.seg.u64(hdrWhyLen).Store(uint64(n))
-		abort.Store(uint64(culprit+1) | uint64(reason)<<32)
-		c.ringAll()
+	if !abort.CompareAndSwap(0, uint64(culprit+1)|uint64(reason)<<32|1<<63) {
+		return c.aborted(op)
 	}
+	msg := []byte(pe.Error())
+	n := min(len(msg), hdrWhyBytes)
+	copy(c.seg.mem[hdrWhy:hdrWhy+n], msg)
+	c.seg.u64(hdrWhyLen).Store(uint64(n))
+	abort.Store(uint64(culprit+1) | uint64(reason)<<32)
+	c.ringAll()
 	c.broken.Store(pe)
 	return pe
 }
