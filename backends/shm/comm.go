@@ -524,11 +524,24 @@ func (c *Comm) who(r int) string {
 
 // readAt copies len(dst) bytes at addr in rank r's address space into dst.
 func (c *Comm) readAt(r int, dst []byte, addr uintptr) error {
-	for len(dst) > 0 {
-		local := []unix.Iovec{{Base: &dst[0]}}
-		local[0].SetLen(len(dst))
-		remote := []unix.RemoteIovec{{Base: addr, Len: len(dst)}}
-		n, err := unix.ProcessVMReadv(c.pids[r], local, remote, 0)
+	return c.cma(unix.ProcessVMReadv, r, dst, addr)
+}
+
+// writeAt copies src to addr in rank r's address space (process_vm_writev,
+// allowed wherever process_vm_readv is: the handshake checked that).
+func (c *Comm) writeAt(r int, addr uintptr, src []byte) error {
+	return c.cma(unix.ProcessVMWritev, r, src, addr)
+}
+
+// cma moves buf to or from addr in rank r's address space with
+// cross-memory attach (xfer: process_vm_readv or process_vm_writev),
+// resuming after partial transfers and interruptions.
+func (c *Comm) cma(xfer func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error), r int, buf []byte, addr uintptr) error {
+	for len(buf) > 0 {
+		local := []unix.Iovec{{Base: &buf[0]}}
+		local[0].SetLen(len(buf))
+		remote := []unix.RemoteIovec{{Base: addr, Len: len(buf)}}
+		n, err := xfer(c.pids[r], local, remote, 0)
 		if err == unix.EINTR {
 			continue
 		}
@@ -538,7 +551,7 @@ func (c *Comm) readAt(r int, dst []byte, addr uintptr) error {
 		if n <= 0 {
 			return unix.EFAULT
 		}
-		dst = dst[n:]
+		buf = buf[n:]
 		addr += uintptr(n)
 	}
 	return nil
@@ -546,13 +559,24 @@ func (c *Comm) readAt(r int, dst []byte, addr uintptr) error {
 
 // readPeer is readAt with errors attributed to the peer.
 func (c *Comm) readPeer(op string, r int, dst []byte, addr uintptr) error {
-	if err := c.readAt(r, dst, addr); err != nil {
-		if errors.Is(err, unix.ESRCH) {
-			return c.fail(op, r, reasonDied, "process exited")
-		}
-		return c.fail(op, r, reasonProto, fmt.Sprintf("reading %d bytes of its memory: %v", len(dst), err))
+	return c.peerCMA(op, r, "reading %d bytes of its memory", len(dst), c.readAt(r, dst, addr))
+}
+
+// writePeer is writeAt with errors attributed to the peer.
+func (c *Comm) writePeer(op string, r int, addr uintptr, src []byte) error {
+	return c.peerCMA(op, r, "writing %d bytes into its memory", len(src), c.writeAt(r, addr, src))
+}
+
+// peerCMA turns a cross-memory error on rank r into the communicator's
+// failure naming r (what: the transfer, with its byte count).
+func (c *Comm) peerCMA(op string, r int, what string, n int, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ESRCH):
+		return c.fail(op, r, reasonDied, "process exited")
 	}
-	return nil
+	return c.fail(op, r, reasonProto, fmt.Sprintf(what+": %v", n, err))
 }
 
 func addrOf(b []byte) uint64 {
