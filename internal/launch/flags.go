@@ -175,24 +175,10 @@ var flagDefs = []flagDef{
 		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.Autotune.WarmupSamples, n, v) }},
 	{names: []string{"--autotune-steps-per-sample"}, metavar: "N", takesValue: true,
 		help: "steps per autotuning sample (default 10)",
-		set: func(o *Options, n, v string) error {
-			var k int
-			if err := setPositiveInt(&k, n, v); err != nil {
-				return err
-			}
-			o.Autotune.StepsPerSample = &k
-			return nil
-		}},
+		set:  func(o *Options, n, v string) error { return setPositiveIntPtr(&o.Autotune.StepsPerSample, n, v) }},
 	{names: []string{"--autotune-bayes-opt-max-samples"}, metavar: "N", takesValue: true,
 		help: "trials of the Bayesian search (default 20)",
-		set: func(o *Options, n, v string) error {
-			var k int
-			if err := setPositiveInt(&k, n, v); err != nil {
-				return err
-			}
-			o.Autotune.MaxSamples = &k
-			return nil
-		}},
+		set:  func(o *Options, n, v string) error { return setPositiveIntPtr(&o.Autotune.MaxSamples, n, v) }},
 	{names: []string{"--autotune-gaussian-process-noise"}, metavar: "ALPHA", takesValue: true,
 		help: "noise of the Gaussian process, from 0 to 1 (default 0.8)",
 		set: func(o *Options, n, v string) error {
@@ -382,6 +368,15 @@ func setPositiveInt(dst *int, name, v string) error {
 		return usageErrorf("%s %q: want a positive integer", name, v)
 	}
 	*dst = n
+	return nil
+}
+
+func setPositiveIntPtr(dst **int, name, v string) error {
+	var n int
+	if err := setPositiveInt(&n, name, v); err != nil {
+		return err
+	}
+	*dst = &n
 	return nil
 }
 
