@@ -79,15 +79,6 @@ func (h *Handle) Wait() error {
 	return h.err
 }
 
-// WaitDriving is Wait for a caller whose goroutine is locked to its OS
-// thread (a C caller through libhvd): while the engine goroutine is only
-// polling for work (not asleep in the control plane's Idle, not in a
-// round), the caller runs the engine's rounds itself until its op
-// completes (Engine.drive), instead of sleeping until the engine goroutine
-// completes the op and wakes its thread — a hand-off that costs such a
-// caller two thread wake-ups (tens of µs each on small VMs). A Go caller
-// gains nothing: the engine goroutine hands it the op's completion on its
-// own thread (spinForWork), so it uses Wait.
 // finish completes the op: closes done and wakes WaitKernel. It comes
 // after h.err and the outputs are set.
 func (h *Handle) finish() {
@@ -107,7 +98,7 @@ func (h *Handle) finish() {
 // processor it holds meanwhile delays a garbage collection's
 // stop-the-world by as much, so limit stays short.
 func (h *Handle) WaitKernel(limit time.Duration) error {
-	if h.bell.Load() == 0 && limit > 0 {
+	if haveKernelWait && h.bell.Load() == 0 && limit > 0 {
 		// finish stores the bell, then reads sleepers; this adds to
 		// sleepers, then reads the bell: one of the two sees the other.
 		h.sleepers.Add(1)
@@ -125,6 +116,15 @@ func (h *Handle) WaitKernel(limit time.Duration) error {
 	return h.err
 }
 
+// WaitDriving is Wait for a caller whose goroutine is locked to its OS
+// thread (a C caller through libhvd): while the engine goroutine is only
+// polling for work (not asleep in the control plane's Idle, not in a
+// round), the caller runs the engine's rounds itself until its op
+// completes (Engine.drive), instead of sleeping until the engine goroutine
+// completes the op and wakes its thread — a hand-off that costs such a
+// caller two thread wake-ups (tens of µs each on small VMs). A Go caller
+// gains nothing: the engine goroutine hands it the op's completion on its
+// own thread (spinForWork), so it uses Wait.
 func (h *Handle) WaitDriving() error {
 	if h.e != nil {
 		h.e.drive(h)
@@ -229,9 +229,8 @@ type Engine struct {
 	polling   atomic.Bool  // the engine goroutine is in spinForWork (a caller may take drv)
 
 	fusion    []byte
-	own       *Params                // this rank's configured settings (set at the first round)
-	adopted   Params                 // set rank 0's, as of the last round
-	inForce   atomic.Pointer[Params] // adopted, for InForce
+	own       Params                 // this rank's configured settings (New)
+	inForce   atomic.Pointer[Params] // set rank 0's, as of the last round (adopt)
 	done      chan struct{}
 	quit      chan struct{} // closed by Close: cuts a cycle-time pause short
 	quitOnce  sync.Once

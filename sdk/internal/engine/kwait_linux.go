@@ -8,6 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+const haveKernelWait = true
+
 const (
 	futexWaitPrivate = 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
 	futexWakePrivate = 129 // FUTEX_WAKE | FUTEX_PRIVATE_FLAG

@@ -8,5 +8,7 @@ import (
 )
 
 // Without futexes WaitKernel waits as Wait does.
+const haveKernelWait = false
+
 func kernelSleep(w *atomic.Uint32, d time.Duration) {}
 func kernelWake(w *atomic.Uint32)                   {}

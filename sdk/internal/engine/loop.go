@@ -31,7 +31,8 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	e := &Engine{cfg: cfg, data: cfg.Data, control: cfg.Control, memory: cfg.Data.Memory(), rank: cfg.Data.Rank(), n: cfg.Data.Size(),
-		table: map[string]*Op{}, done: make(chan struct{}), quit: make(chan struct{}), lastStall: time.Now(), cache: NewCache(cfg.CacheCapacity)}
+		table: map[string]*Op{}, done: make(chan struct{}), quit: make(chan struct{}), lastStall: time.Now(), cache: NewCache(cfg.CacheCapacity),
+		own: ownParams(cfg)}
 	if e.rank == 0 {
 		e.coord = NewCoordinator(e.n, cfg.GlobalRanks)
 	}

@@ -300,22 +300,25 @@ func (e *Engine) round() error {
 	return nil
 }
 
+// ownParams are the settings a Config asks for (and the data plane's
+// current hierarchical choice).
+func ownParams(cfg Config) Params {
+	own := Params{FusionThreshold: cfg.FusionThreshold, CycleTime: cfg.CycleTime}
+	if h, ok := cfg.Data.(backends.Hierarchical); ok {
+		own.HierAllreduce, own.HierAllgather = h.HierarchicalState()
+	}
+	return own
+}
+
 // publish returns the settings this rank contributes to a round: the
 // process's shared ones if any, else its own configuration.
 func (e *Engine) publish() Params {
-	if e.own == nil {
-		own := Params{FusionThreshold: e.cfg.FusionThreshold, CycleTime: e.cfg.CycleTime}
-		if h, ok := e.data.(backends.Hierarchical); ok {
-			own.HierAllreduce, own.HierAllgather = h.HierarchicalState()
-		}
-		e.own, e.adopted = &own, own
-	}
 	if e.cfg.Params != nil {
 		if p := e.cfg.Params.Load(); p != nil {
 			return *p
 		}
 	}
-	return *e.own
+	return e.own
 }
 
 // adopt puts set rank 0's settings of this round in force on this rank.
@@ -326,11 +329,15 @@ func (e *Engine) adopt(p Params) {
 	} else {
 		e.cfg.CycleTime = e.own.CycleTime
 	}
-	if h, ok := e.data.(backends.Hierarchical); ok && (p.HierAllreduce != e.adopted.HierAllreduce || p.HierAllgather != e.adopted.HierAllgather) {
+	prev := e.inForce.Load()
+	was := e.own // before the first round the plane is as configured
+	if prev != nil {
+		was = *prev
+	}
+	if h, ok := e.data.(backends.Hierarchical); ok && (p.HierAllreduce != was.HierAllreduce || p.HierAllgather != was.HierAllgather) {
 		h.SetHierarchical(p.HierAllreduce, p.HierAllgather)
 	}
-	if p != e.adopted || e.inForce.Load() == nil {
-		e.adopted = p
+	if prev == nil || p != *prev {
 		e.inForce.Store(&p)
 		if e.cfg.SetID == 0 && e.cfg.Params != nil && e.cfg.Tuner == nil {
 			e.cfg.Params.Store(&p)
