@@ -406,17 +406,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         given parameters alone; with hyper (one dict per param group), with
         those hyperparameters in place of the current ones."""
         keep = set(params)
-        stashed = [dict(group) for group in self.param_groups]
+        stashed = []  # per group: its parameter list and the hyperparameters replaced
         for i, group in enumerate(self.param_groups):
+            swapped = hyper[i] if hyper is not None else {}
+            stashed.append((group['params'], {k: group[k] for k in swapped}))
             group['params'] = [q for q in group['params'] if q in keep]
-            if hyper is not None:
-                group.update(hyper[i])
+            group.update(swapped)
         try:
             return getattr(super(self.__class__, self), method)(*args, **kwargs)
         finally:
-            for saved, group in zip(stashed, self.param_groups):
-                group.clear()
-                group.update(saved)
+            for (params_, replaced), group in zip(stashed, self.param_groups):
+                group['params'] = params_
+                group.update(replaced)
 
     def _apply(self, params):
         """overlap_forward: completes the deferred step for these pending
@@ -590,17 +591,9 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         # start + reduced delta).
         name = self._parameter_names.get(p)
         start = self._starting_models[p]
-        stashed = []
-        for group in self.param_groups:
-            stashed.append(group['params'])
-            group['params'] = [p] if any(p is v for v in group['params']) else []
-        try:
-            start.data.copy_(p)
-            super(self.__class__, self).step()
-            p.data.sub_(start)
-        finally:
-            for params, group in zip(stashed, self.param_groups):
-                group['params'] = params
+        start.data.copy_(p)
+        self._only([p], 'step')
+        p.data.sub_(start)
         tensor_compressed, ctx = self._compression.compress(p)
         handle = allreduce_async_(tensor_compressed.data, name=name, op=Adasum)
         return handle, ctx
@@ -646,6 +639,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     # The same as _DistributedOptimizer's (its __dict__ is copied into the
     # class DistributedOptimizer builds, so a shared base would not be seen).
     zero_grad = _DistributedOptimizer.zero_grad
+    _only = _DistributedOptimizer._only
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
