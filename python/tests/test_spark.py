@@ -120,18 +120,10 @@ class _Cluster:
 
 @pytest.fixture(scope='module', params=['local', 'standalone'])
 def sc(request):
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkContext
     before = _descendants()
-    os.environ['PYSPARK_PYTHON'] = sys.executable  # the executors' Python: this venv's
     cluster = _Cluster() if request.param == 'standalone' else None
-    conf = (SparkConf().setAppName('hvd-test-spark')
-            .set('spark.ui.enabled', 'false')
-            .set('spark.driver.host', '127.0.0.1')
-            .set('spark.driver.bindAddress', '127.0.0.1')
-            .set('spark.executorEnv.PYTHONPATH', os.environ.get('PYTHONPATH', ''))
-            .set('spark.executorEnv.HVD_TEST_NO_INIT', '1')
-            .set('spark.pyspark.python', sys.executable)
-            .set('spark.pyspark.driver.python', sys.executable))
+    conf = spark_conf('hvd-test-spark')
     if cluster is None:
         conf.setMaster('local[2]')
     else:
@@ -151,6 +143,31 @@ def sc(request):
             time.sleep(0.2)
     ctx.mode = request.param
     yield ctx
+    stop_context(ctx)
+    if cluster is not None:
+        cluster.stop()
+    check_nothing_left(before, request.param)
+
+
+def spark_conf(app):
+    """The SparkConf the Spark suites start from: a driver on loopback, this
+    interpreter for the executors (PYSPARK_PYTHON too), the tests' PYTHONPATH,
+    and hvd not initialized by their conftest."""
+    from pyspark import SparkConf
+    os.environ['PYSPARK_PYTHON'] = sys.executable  # the executors' Python: this venv's
+    return (SparkConf().setAppName(app)
+            .set('spark.ui.enabled', 'false')
+            .set('spark.driver.host', '127.0.0.1')
+            .set('spark.driver.bindAddress', '127.0.0.1')
+            .set('spark.executorEnv.PYTHONPATH', os.environ.get('PYTHONPATH', ''))
+            .set('spark.executorEnv.HVD_TEST_NO_INIT', '1')
+            .set('spark.pyspark.python', sys.executable)
+            .set('spark.pyspark.driver.python', sys.executable))
+
+
+def stop_context(ctx):
+    """Stops ctx, its JVM and the gateway, so that the next SparkContext
+    of this process starts a fresh one."""
     ctx.stop()
     ctx._gateway.shutdown()
     proc = getattr(ctx._gateway, 'proc', None)
@@ -164,13 +181,16 @@ def sc(request):
     from pyspark import SparkContext as _SC
     _SC._gateway = None
     _SC._jvm = None
-    if cluster is not None:
-        cluster.stop()
+
+
+def check_nothing_left(before, what):
+    """Asserts that no process started since before (a _descendants() set)
+    outlives Spark, waiting up to 30 s for them to exit."""
     end = time.time() + 30
     while _descendants() - before and time.time() < end:
         time.sleep(0.2)
     left = _descendants() - before
-    assert not left, 'processes left after stopping Spark (%s): %s' % (request.param, sorted(left))
+    assert not left, 'processes left after stopping Spark (%s): %s' % (what, sorted(left))
 
 
 def test_train_results_ordered_and_identical(sc):

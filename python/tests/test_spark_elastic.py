@@ -13,8 +13,6 @@ end no process started here is left.
 import io
 import os
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
@@ -26,44 +24,20 @@ if shutil.which('java') is None and not os.environ.get('JAVA_HOME'):
 import hvd.spark  # noqa: E402
 from hvd.runner import RunError  # noqa: E402
 
-from test_spark import _descendants  # noqa: E402
+from test_spark import _descendants, check_nothing_left, spark_conf, stop_context  # noqa: E402
 from test_spark_fns import check_lost_agent_rollback, elastic_train  # noqa: E402
 
 
 @pytest.fixture(scope='module')
 def sc():
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkContext
     before = _descendants()
-    os.environ['PYSPARK_PYTHON'] = sys.executable
-    conf = (SparkConf().setAppName('hvd-test-spark-elastic').setMaster('local[3,2]')  # a failed task is retried once
-            .set('spark.ui.enabled', 'false')
-            .set('spark.driver.host', '127.0.0.1')
-            .set('spark.driver.bindAddress', '127.0.0.1')
-            .set('spark.executorEnv.PYTHONPATH', os.environ.get('PYTHONPATH', ''))
-            .set('spark.executorEnv.HVD_TEST_NO_INIT', '1')
-            .set('spark.pyspark.python', sys.executable)
-            .set('spark.pyspark.driver.python', sys.executable))
+    conf = spark_conf('hvd-test-spark-elastic').setMaster('local[3,2]')  # a failed task is retried once
     ctx = SparkContext(conf=conf)
     ctx.setLogLevel('ERROR')
     yield ctx
-    ctx.stop()
-    ctx._gateway.shutdown()
-    proc = getattr(ctx._gateway, 'proc', None)
-    if proc is not None:
-        proc.stdin.close() if proc.stdin else None
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    from pyspark import SparkContext as _SC
-    _SC._gateway = None
-    _SC._jvm = None
-    end = time.time() + 30
-    while _descendants() - before and time.time() < end:
-        time.sleep(0.2)
-    left = _descendants() - before
-    assert not left, 'processes left after stopping Spark: %s' % sorted(left)
+    stop_context(ctx)
+    check_nothing_left(before, 'elastic')
 
 
 def test_killed_worker_survivors_finish_from_last_commit(sc):
