@@ -10,12 +10,11 @@ wire element size; top-k: k × (4-byte index + value)). Run under hvdrun:
 import argparse
 import copy
 import statistics
-import time
 
 import torch
-import torch.nn.functional as F
 
 import hvd.torch as hvd
+from steps import median_step_seconds
 from hvd.torch.compression import select
 
 p = argparse.ArgumentParser()
@@ -56,21 +55,8 @@ def wire_bytes(comp, named):
 
 
 def timed(model, opt):
-    for i in range(3):
-        x, y = data[i % len(data)]
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    hvd.barrier()
-    ts = []
-    for i in range(args.steps):
-        x, y = data[i % len(data)]
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-        ts.append(time.perf_counter() - t0)
-    return hvd.allreduce(torch.tensor([statistics.median(ts)]), op=hvd.Max, name='cmp.bench.t').item() * 1e3
+    t = median_step_seconds(model, opt, data, args.steps, 3, hvd.barrier)
+    return hvd.allreduce(torch.tensor([t]), op=hvd.Max, name='cmp.bench.t').item() * 1e3
 
 
 res = {k: [] for k, _ in variants}

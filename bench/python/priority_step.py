@@ -13,12 +13,11 @@ step time of each and the ratio on/off. Run under hvdrun, e.g.
 import argparse
 import copy
 import statistics
-import time
 
 import torch
-import torch.nn.functional as F
 
 import hvd.torch as hvd
+from steps import median_step_seconds
 
 p = argparse.ArgumentParser()
 p.add_argument('--layers', type=int, default=24)
@@ -58,24 +57,9 @@ for label, prio, overlap in MODES:
     runs[label] = (m, o)
 
 
-def step(model, opt, i):
-    x, y = data[i % len(data)]
-    opt.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-
-
 def timed(model, opt):
-    for i in range(5):
-        step(model, opt, i)
-    hvd.barrier()
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        step(model, opt, i)
-        times.append(time.perf_counter() - t0)
-    t = hvd.allreduce(torch.tensor([statistics.median(times)]), op=hvd.Max, name='prio.step.time')
-    return t.item() * 1e3
+    t = median_step_seconds(model, opt, data, args.steps, 5, hvd.barrier)
+    return hvd.allreduce(torch.tensor([t]), op=hvd.Max, name='prio.step.time').item() * 1e3
 
 
 if rank == 0:

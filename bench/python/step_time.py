@@ -6,13 +6,12 @@ import argparse
 import copy
 import os
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import hvd.torch as hvd
+from steps import median_step_seconds
 
 p = argparse.ArgumentParser()
 p.add_argument('--hidden', type=int, default=64, help='64: the example model; 1024: ~1.1M parameters')
@@ -40,23 +39,8 @@ m_ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base))
 o_ddp = torch.optim.SGD(m_ddp.parameters(), lr=0.01)
 
 
-def step(model, opt, i):
-    x, y = data[i % len(data)]
-    opt.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-
-
 def timed(model, opt):
-    for i in range(10):
-        step(model, opt, i)
-    hvd.barrier()
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        step(model, opt, i)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
+    return median_step_seconds(model, opt, data, args.steps, 10, hvd.barrier) * 1e6
 
 
 res = {'hvd': [], 'ddp': []}
