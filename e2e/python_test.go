@@ -217,6 +217,19 @@ func TestPythonSyncBatchNorm(t *testing.T) {
 	}
 }
 
+// hvd.torch.tensor_parallel against dense float64 modules; dynamic mode so
+// the suite can register contiguous pairs {0,1} {2,3} and one-rank sets.
+func TestPythonTensorParallel(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3, 4} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg, "HVD_TEST_DYNAMIC=1"), append(args, "../python/tests/test_tensor_parallel.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
 // hvd's DistributedOptimizer additions of issue 18: overlap_forward=model,
 // whose deferred step trains bit for bit like the plain one
 // (python/tests/test_overlap.py), and Compression.measured()
