@@ -22,5 +22,7 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, S
 from hvd.torch.optimizer import DistributedOptimizer  # noqa: E402
 from hvd.torch.p2p import irecv, isend, recv, send  # noqa: E402
 from hvd.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
+from hvd.torch.zero import ShardedOptimizer  # noqa: E402  (ZeRO stages 1 and 2: docs/sharded-optimizer.md)
+from hvd.torch import checkpoint  # noqa: E402,F401  (sharded checkpoints: docs/sharded-optimizer.md)
 from hvd.torch import mpi_ops  # noqa: E402,F401  (hvd.mpi_ops._basics, as in Horovod)
 from hvd.torch import elastic  # noqa: E402,F401  (hvd.elastic.run, TorchState, ElasticSampler: docs/elastic.md)

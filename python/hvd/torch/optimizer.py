@@ -12,6 +12,7 @@ from hvd.torch.compression import AdaptiveCompression, Compression, MeasuredComp
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
                                sparse_allreduce_async, synchronize)
+from hvd.torch.zero import ShardedOptimizer
 
 
 def split_list(values, n):
@@ -645,7 +646,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=global_process_set, priorities=None,
-                         overlap_forward=None):
+                         overlap_forward=None, zero_stage=None, bucket_bytes=25 << 20):
     """Wraps a torch optimizer so that step() averages gradients over the
     process set first (allreduces launched from backward hooks as gradients
     become ready, overlapping the backward pass).
@@ -672,7 +673,21 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         priorities='layer_order', the first layers' come first). For optimizers that update each
         parameter on its own (SGD, Adam, AdamW, RMSprop, Adagrad, ...); no closure; a parameter
         used by another module before its owner runs sees its previous value.
+    zero_stage (hvd's addition, off by default): 1 or 2 returns a ShardedOptimizer (hvd.torch.zero,
+        docs/sharded-optimizer.md) over process_set, with bucket_bytes; it refuses the options it
+        cannot honour (compression, Adasum, groups, priorities, overlap_forward).
     """
+    if zero_stage is not None:
+        refused = (('compression other than Compression.none', compression is not Compression.none),
+                   ('op=Adasum', op == Adasum), ('groups', bool(groups) or bool(num_groups)),
+                   ('priorities', priorities is not None), ('overlap_forward', overlap_forward is not None))
+        bad = [what for what, on in refused if on]
+        if bad:
+            raise ValueError('hvd: DistributedOptimizer(zero_stage=%r) cannot honour %s' %
+                             (zero_stage, ', '.join(bad)))
+        return ShardedOptimizer(optimizer, named_parameters=named_parameters, process_set=process_set,
+                                stage=zero_stage, backward_passes_per_step=backward_passes_per_step,
+                                bucket_bytes=bucket_bytes, op=op, gradient_predivide_factor=gradient_predivide_factor)
     if gradient_predivide_factor != 1.0:
         if rocm_built():
             raise ValueError('gradient_predivide_factor not supported yet with ROCm')

@@ -1,0 +1,1 @@
+"""Sharded checkpoints (being written)."""
