@@ -292,7 +292,7 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 		}
 		cur, ok, rerr := k.readEpoch(ctx)
 		if rerr == nil && ok && cur > target {
-			k.logf("hvd: elastic: joining the world of epoch %d failed (%v); the driver has moved on to epoch %d", target, err, cur)
+			k.logf("hvd: elastic: joining the world of epoch %d failed (%s); the driver has moved on to epoch %d", target, unprefixed(err), cur)
 			target = cur
 			continue
 		}
@@ -609,13 +609,13 @@ func (k *Worker) run(st State, fn func(w *World) error, join func() (*World, err
 			k.failErr = err
 			k.mu.Unlock()
 			if rerr := st.Restore(); rerr != nil {
-				return fmt.Errorf("hvd: elastic: restoring the last commit after %v: %w", err, rerr)
+				return fmt.Errorf("hvd: elastic: restoring the last commit after %s: %w", unprefixed(err), rerr)
 			}
 			skipSync = false
 		default:
 			return err
 		}
-		k.logf("hvd: elastic: resetting after: %v", err)
+		k.logf("hvd: elastic: resetting after: %s", unprefixed(err))
 		if err := leave(); err != nil {
 			return err
 		}
@@ -747,3 +747,7 @@ func BroadcastBytes(w *World, b []byte, name string) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// unprefixed is err's message without the "hvd: " its text usually starts
+// with, for a line that starts with "hvd: elastic: " (no doubled prefix).
+func unprefixed(err error) string { return strings.TrimPrefix(err.Error(), "hvd: ") }

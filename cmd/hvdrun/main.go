@@ -16,7 +16,9 @@
 //
 // Exit status: 0 when every rank exited 0; the first failing rank's status
 // (128+signal when it was killed); 2 for usage and configuration errors; 1
-// when the job could not be set up. Run `hvdrun --help` for the flags.
+// when the job could not be set up. An elastic job that fails exits 1 (the
+// driver's verdict, as horovodrun's; the worker's status is in the line),
+// 127/126 when its command cannot start. Run `hvdrun --help` for the flags.
 //
 // The work is done by package internal/launch; this file only wires it to
 // the process: arguments, environment, signals and the rendezvous store.

@@ -59,7 +59,7 @@ var elasticFlagDefs = []flagDef{
 		help: "fail the job rather than start a new world after N resets (default: no limit)",
 		set:  func(o *Options, n, v string) error { return setNonNegIntPtr(&o.Elastic.ResetLimit, n, v) }},
 	{names: []string{"--blacklist-cooldown-range"}, metavar: "MIN MAX", takesValue: true, nargs: 2,
-		help: fmt.Sprintf("a host whose worker failed is out for MIN·2^n + jitter seconds, at most MAX (%d ≤ MIN ≤ MAX ≤ %d); default: out for good", MinCooldownSeconds, MaxCooldownSeconds),
+		help: fmt.Sprintf("a host whose worker failed gets no new worker for MIN·2^n + jitter seconds, at most MAX (%d ≤ MIN ≤ MAX ≤ %d), while its other workers keep training; default: out for good, its other workers stopped", MinCooldownSeconds, MaxCooldownSeconds),
 		set: func(o *Options, n, v string) error {
 			f := strings.Fields(v)
 			if len(f) != 2 {
@@ -161,6 +161,9 @@ func elasticUsage() string {
 		"resets, starts workers on new slots, blacklists the host of a failed worker and publishes each new\n" +
 		"world in the rendezvous store (docs/elastic.md). Worker output lines carry the worker id:\n" +
 		"[<host>:<slot>]<stdout>:. Environment: HOROVOD_ELASTIC_TIMEOUT (default for --elastic-timeout),\n" +
-		"HVD_DISCOVERY_TIMEOUT_SECONDS (a discovery run that takes longer is killed; default 10).\n")
+		"HVD_DISCOVERY_TIMEOUT_SECONDS (a discovery run that takes longer is killed; default 10).\n" +
+		"Exit status: 0 when the last world finished; 1 when the driver ends the job (every worker or host\n" +
+		"failed, too few slots, --reset-limit, a failure after training finished; the line says which and\n" +
+		"which worker exited how); 127/126 when the command cannot be started; 128+N on signal N to hvdrun.\n")
 	return b.String()
 }

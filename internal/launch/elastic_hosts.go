@@ -201,11 +201,13 @@ func AvailableSlots(avail map[string]int) int {
 
 // AssignWorld places a world on the available hosts, walked in the stable
 // order: consecutive ranks per host, local and cross ranks as Assign
-// computes them, at most maxNP ranks (0 = no cap). A host that already runs
-// workers keeps them in slots 0..k-1, so the worker id <host>:<local_rank>
-// of a survivor is unchanged and survivors keep their relative order. It
-// returns nil when no slot is available.
-func AssignWorld(order []string, avail map[string]int, maxNP int) []Slot {
+// computes them, at most maxNP ranks (0 = no cap). keep lists, per host, the
+// worker slots (Slot.Worker) of the live workers there in rank order
+// (nil: none): they come first on their host, in that order, so a
+// survivor keeps its worker id <host>:<slot> and survivors keep their
+// relative order (rank 0 is the oldest survivor); the host's other ranks
+// get the lowest free slots. It returns nil when no slot is available.
+func AssignWorld(order []string, avail map[string]int, maxNP int, keep map[string][]int) []Slot {
 	var hosts []Host
 	for _, h := range order {
 		if n := avail[h]; n > 0 {
@@ -223,11 +225,30 @@ func AssignWorld(order []string, avail map[string]int, maxNP int) []Slot {
 	if err != nil {
 		panic("launch: AssignWorld: " + err.Error()) // np never exceeds the slots
 	}
+	for i := 0; i < len(slots); {
+		host := slots[i].Hostname
+		used := map[int]bool{}
+		for _, w := range keep[host] {
+			used[w] = true
+		}
+		kept, free := keep[host], 0
+		for ; i < len(slots) && slots[i].Hostname == host; i++ {
+			if len(kept) > 0 {
+				slots[i].Worker, kept = kept[0], kept[1:]
+				continue
+			}
+			for used[free] {
+				free++
+			}
+			slots[i].Worker = free
+			used[free] = true
+		}
+	}
 	return slots
 }
 
-// WorkerID is the elastic worker id of a slot: "<host>:<local_rank>".
-func WorkerID(s Slot) string { return s.Hostname + ":" + strconv.Itoa(s.LocalRank) }
+// WorkerID is the elastic worker id of a slot: "<host>:<worker slot>".
+func WorkerID(s Slot) string { return s.Hostname + ":" + strconv.Itoa(s.Worker) }
 
 // SameWorld reports whether two assignments give every worker id the same
 // identity (so publishing b after a would change nothing).

@@ -154,31 +154,43 @@ func TestUpdateOrderAndAssignWorld(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	w := AssignWorld(order, map[string]int{"a": 1, "c": 2, "b": 2}, 0)
+	w := AssignWorld(order, map[string]int{"a": 1, "c": 2, "b": 2}, 0, nil)
 	if got, want := ids(w), "b:0=0/5/0/2/0/3 b:1=1/5/1/2/0/2 a:0=2/5/0/1/1/3 c:0=3/5/0/2/2/3 c:1=4/5/1/2/1/2"; got != want {
 		t.Fatalf("world\n got %s\nwant %s", got, want)
 	}
 	// b removed: a keeps rank 0 ahead of c (order kept, not re-sorted).
-	w = AssignWorld(order, map[string]int{"a": 1, "c": 2}, 0)
+	w = AssignWorld(order, map[string]int{"a": 1, "c": 2}, 0, nil)
 	if got, want := ids(w), "a:0=0/3/0/1/0/2 c:0=1/3/0/2/1/2 c:1=2/3/1/2/0/1"; got != want {
 		t.Fatalf("world\n got %s\nwant %s", got, want)
 	}
 	// --max-np caps, oldest hosts first.
-	w = AssignWorld(order, map[string]int{"a": 1, "c": 2, "b": 2}, 3)
+	w = AssignWorld(order, map[string]int{"a": 1, "c": 2, "b": 2}, 3, nil)
 	if got, want := ids(w), "b:0=0/3/0/2/0/2 b:1=1/3/1/2/0/1 a:0=2/3/0/1/1/2"; got != want {
 		t.Fatalf("world\n got %s\nwant %s", got, want)
 	}
-	if AssignWorld(order, map[string]int{}, 0) != nil {
+	if AssignWorld(order, map[string]int{}, 0, nil) != nil {
 		t.Fatal("no slots: want nil")
 	}
-	if !SameWorld(w, AssignWorld(order, map[string]int{"a": 1, "c": 2, "b": 2}, 3)) || SameWorld(w, w[:2]) {
+	if !SameWorld(w, AssignWorld(order, map[string]int{"a": 1, "c": 2, "b": 2}, 3, nil)) || SameWorld(w, w[:2]) {
 		t.Fatal("SameWorld")
+	}
+	// Kept workers (survivors b:2 and b:0, in that rank order) come first on
+	// their host with their ids; the host's new ranks take the lowest free
+	// slots (1, then 3).
+	w = AssignWorld([]string{"b", "a"}, map[string]int{"a": 1, "b": 4}, 0, map[string][]int{"b": {2, 0}, "a": {0}})
+	if got, want := ids(w), "b:2=0/5/0/4/0/2 b:0=1/5/1/4/0/1 b:1=2/5/2/4/0/1 b:3=3/5/3/4/0/1 a:0=4/5/0/1/1/2"; got != want {
+		t.Fatalf("world with kept workers\n got %s\nwant %s", got, want)
+	}
+	// A host with fewer slots than kept workers keeps the first ones.
+	w = AssignWorld([]string{"b"}, map[string]int{"b": 1}, 0, map[string][]int{"b": {2, 0}})
+	if got, want := ids(w), "b:2=0/1/0/1/0/1"; got != want {
+		t.Fatalf("world with fewer slots than kept workers\n got %s\nwant %s", got, want)
 	}
 }
 
 func TestAssignmentJSON(t *testing.T) {
-	prev := AssignWorld([]string{"a", "b"}, map[string]int{"a": 2, "b": 1}, 0)
-	next := AssignWorld([]string{"a", "b", "c"}, map[string]int{"a": 1, "c": 1}, 0)
+	prev := AssignWorld([]string{"a", "b"}, map[string]int{"a": 2, "b": 1}, 0, nil)
+	next := AssignWorld([]string{"a", "b", "c"}, map[string]int{"a": 1, "c": 1}, 0, nil)
 	a := NewAssignment(3, next, prev)
 	var back map[string]any
 	if err := json.Unmarshal(a.JSON(), &back); err != nil {

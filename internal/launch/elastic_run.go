@@ -175,7 +175,7 @@ func (d *elasticDriver) waitFirstWorld(ctx context.Context, disc <-chan discover
 			d.avail = d.bl.Available(d.discovered, now)
 			d.order = UpdateOrder(d.order, d.discovered, d.avail)
 			if n := AvailableSlots(d.avail); n >= p.NP {
-				return AssignWorld(d.order, d.avail, p.MaxNP), nil
+				return AssignWorld(d.order, d.avail, p.MaxNP, nil), nil
 			}
 		case <-deadline.C:
 			failing := ""
@@ -312,13 +312,21 @@ func (d *elasticDriver) evaluate(now time.Time) {
 			delete(avail, h)
 		}
 	}
+	// A host blacklisted with a cooldown keeps its live workers (they did
+	// not fail): until the cooldown ends it offers their slots, no more.
+	keep := d.kept()
+	for _, h := range d.discovered {
+		if n := min(len(keep[h.Name]), h.Slots); n > 0 && d.bl.Blocked(h.Name, now) {
+			avail[h.Name] = n
+		}
+	}
 	d.flags |= DiffHosts(d.avail, avail)
 	d.avail = avail
 	d.order = UpdateOrder(d.order, d.discovered, avail)
 	if !d.resetPending && d.flags == 0 {
 		return
 	}
-	next := AssignWorld(d.order, avail, d.p.MaxNP)
+	next := AssignWorld(d.order, avail, d.p.MaxNP, keep)
 	if !d.resetPending && SameWorld(next, d.world) {
 		// As Horovod: a change that leaves the assignment as it is is not
 		// worth a reset.
@@ -355,6 +363,18 @@ func (d *elasticDriver) evaluate(now time.Time) {
 	case PublishWorld:
 		d.publish(next, now)
 	}
+}
+
+// kept lists the worker slots of the live workers of the current world per
+// host, in rank order (AssignWorld's keep).
+func (d *elasticDriver) kept() map[string][]int {
+	keep := map[string][]int{}
+	for _, s := range d.world {
+		if w := d.byID[WorkerID(s)]; w != nil && d.alive(w) {
+			keep[s.Hostname] = append(keep[s.Hostname], s.Worker)
+		}
+	}
+	return keep
 }
 
 // publish makes next the current world (DecideWorld allowed it): it
@@ -417,7 +437,7 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 		d.store.Set(ScopeElastic, "hosts_updated", []byte(fmt.Sprintf("%d,%d", seq, int(d.flags))))
 	}
 	d.flags = 0
-	msg := fmt.Sprintf("world %d: %d workers on %s", epoch, len(next), FormatAvailable(d.order, hostSlots(next)))
+	msg := fmt.Sprintf("world %d: %s on %s", epoch, plural(len(next), "worker"), FormatAvailable(d.order, hostSlots(next)))
 	if len(started) > 0 {
 		msg += "; started " + strings.Join(started, " ")
 	}
@@ -496,7 +516,7 @@ func (d *elasticDriver) startWorker(s Slot, epoch int) error {
 		return fmt.Errorf("host %s cannot reach the rendezvous store on %s", s.Hostname, j.RendezvousAddr)
 	}
 	env := append(append([]KV(nil), d.jobEnv...), d.p.WorkerEnv(id, epoch)...)
-	dirName := fmt.Sprintf("worker.%s.%d.e%d", s.Hostname, s.LocalRank, epoch)
+	dirName := fmt.Sprintf("worker.%s.%d.e%d", s.Hostname, s.Worker, epoch)
 	w, err := j.startAs(s, env, d.secretHex, d.stdout, d.stderr, func(stream string) string { return WorkerPrefix(id, stream) }, dirName)
 	if err != nil {
 		return err
@@ -527,7 +547,7 @@ func (d *elasticDriver) failStart(s Slot, err error, now time.Time) {
 	}
 	ew := &eWorker{id: WorkerID(s), exited: true, failure: e}
 	d.byID[ew.id] = ew
-	d.workerFailed(ew, strings.TrimPrefix(e.Reason, "elastic: "), now)
+	d.workerFailed(ew, strings.TrimPrefix(e.Reason, "elastic: "), now, false)
 }
 
 // stop sends SIGTERM to a worker's process group (SIGKILL after the grace).
@@ -575,7 +595,7 @@ func (d *elasticDriver) onExit(ev exitEvent, now time.Time) {
 		case FailWithFirst:
 			for _, s := range d.world {
 				if x := d.byID[WorkerID(s)]; x != nil && x.failure != nil {
-					d.end(x.failure)
+					d.end(jobFailure(x.failure))
 					break
 				}
 			}
@@ -585,28 +605,44 @@ func (d *elasticDriver) onExit(ev exitEvent, now time.Time) {
 	what := fmt.Sprintf("worker %s (rank %d of world %d) %s", w.id, d.rankOf(w.id), d.epoch, e.Reason)
 	e.Rank, e.Reason = -1, "elastic: "+what
 	w.failure = e
-	d.workerFailed(w, what, now)
+	d.workerFailed(w, what, now, false)
+}
+
+// jobFailure is the job's failure for a worker's: the same message, the
+// driver's status (1, as horovodrun's elastic driver, which raises), not the
+// worker's (docs/elastic.md, "The end").
+func jobFailure(f *ExitError) *ExitError {
+	return &ExitError{Code: 1, Rank: -1, Reason: f.Reason}
 }
 
 // workerFailed carries out DecideExit for a worker of the current world
 // that failed (or could not start): it blacklists the worker's host and
-// either ends the job or stops the host's other workers and asks for the
-// next world.
-func (d *elasticDriver) workerFailed(w *eWorker, what string, now time.Time) {
+// either ends the job or asks for the next world. The host's other workers
+// are stopped when the host is out for good or cut off (a worker reported
+// failed by its peers while it still runs); with a cooldown they did not
+// fail and keep running (on one machine they are the whole job), and only
+// no new worker starts on the host until the cooldown ends.
+func (d *elasticDriver) workerFailed(w *eWorker, what string, now time.Time, cutOff bool) {
 	host := w.id[:strings.LastIndexByte(w.id, ':')]
 	how := "for good"
-	if cooldown := d.bl.Add(host, now); cooldown > 0 {
+	cooldown := d.bl.Add(host, now)
+	if cooldown > 0 {
 		how = "for " + cooldown.Round(time.Millisecond).String()
+	}
+	keepOthers := cooldown > 0 && !cutOff
+	keep := d.kept()
+	if !keepOthers {
+		delete(keep, host)
 	}
 	allOut := len(d.discovered) > 0
 	for _, h := range d.discovered {
-		if h.Slots > 0 && !d.bl.Blocked(h.Name, now) {
+		if h.Slots > 0 && (!d.bl.Blocked(h.Name, now) || len(keep[h.Name]) > 0) {
 			allOut = false
 		}
 	}
 	v := DecideExit(d.outcomes(), true, allOut)
 	if v == FailWithThis {
-		d.end(w.failure)
+		d.end(jobFailure(w.failure))
 		return
 	}
 	d.printf("%s", what)
@@ -616,27 +652,44 @@ func (d *elasticDriver) workerFailed(w *eWorker, what string, now time.Time) {
 		for _, s := range d.world {
 			ids = append(ids, WorkerID(s))
 		}
-		d.end(&ExitError{Code: w.failure.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every worker of world %d failed (%s); the last: %s", d.epoch, strings.Join(ids, " "), what)})
+		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf("elastic: every worker of world %d failed (%s); the last: %s", d.epoch, strings.Join(ids, " "), what)})
 		return
 	case FailEveryHost:
-		d.end(&ExitError{Code: w.failure.Code, Rank: -1, Reason: fmt.Sprintf("elastic: every host is blacklisted (%s); the last: %s", strings.TrimPrefix(d.blacklistNote(now), "; blacklisted: "), what)})
+		hint := ""
+		if d.p.CooldownMin == 0 {
+			hint = "; a blacklisted host never comes back without --blacklist-cooldown-range: give --blacklist-cooldown-range MIN MAX (seconds) for a failed host's other workers to keep training and the host to get workers again after its cooldown (on one machine too)"
+		}
+		d.end(&ExitError{Code: 1, Rank: -1, Reason: fmt.Sprintf("elastic: every host is blacklisted (%s); the last: %s%s", strings.TrimPrefix(d.blacklistNote(now), "; blacklisted: "), what, hint)})
 		return
 	}
-	var stopped []string
+	var others []string
 	for _, s := range d.world {
 		if s.Hostname != host {
 			continue
 		}
 		if x := d.byID[WorkerID(s)]; x != nil && d.alive(x) {
-			d.stop(x, now)
-			stopped = append(stopped, x.id)
+			if !keepOthers {
+				d.stop(x, now)
+			}
+			others = append(others, x.id)
 		}
 	}
 	// Not a host update: the failure itself makes the next world.
-	delete(d.avail, host)
 	msg := fmt.Sprintf("blacklisting host %s %s", host, how)
-	if len(stopped) > 0 {
-		msg += "; stopping its other workers " + strings.Join(stopped, " ")
+	switch {
+	case keepOthers:
+		d.avail[host] = min(len(others), d.avail[host])
+		if d.avail[host] == 0 {
+			delete(d.avail, host)
+		}
+		if len(others) > 0 {
+			msg += ": its other workers keep running (" + strings.Join(others, " ") + "); no new worker starts there until then"
+		}
+	default:
+		delete(d.avail, host)
+		if len(others) > 0 {
+			msg += "; stopping its other workers " + strings.Join(others, " ")
+		}
 	}
 	d.printf("%s", msg)
 	d.resetPending = true
@@ -713,7 +766,7 @@ func (d *elasticDriver) checkReports(now time.Time) {
 			w.id, d.rankOf(w.id), d.epoch, reporter)
 		w.failure = &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + what}
 		d.stop(w, now)
-		d.workerFailed(w, what, now)
+		d.workerFailed(w, what, now, true)
 		return // the world has changed (or the job ended): the rest is about the old one
 	}
 }

@@ -147,6 +147,10 @@ type Slot struct {
 	LocalSize int
 	CrossRank int
 	CrossSize int
+	// Worker is, in an elastic job, the worker's slot on its host: its id is
+	// <host>:<Worker> (WorkerID), fixed for the worker's life while its local
+	// rank may change (AssignWorld). Static jobs leave it 0.
+	Worker int
 }
 
 // Assign places np ranks on hosts exactly as Horovod's get_host_assignments:

@@ -119,6 +119,13 @@ def reset():
     process_sets.remap(held)
 
 
+def _why(error):
+    """error's message for a line that starts with 'hvd: elastic: ': without
+    its own 'hvd: ' prefix (the library's messages carry one)."""
+    msg = str(error)
+    return msg[len('hvd: '):] if msg.startswith('hvd: ') else msg
+
+
 def run_fn(func, reset_fn=reset):
     """The loop of ``@hvd.elastic.run`` (Horovod's run_fn). func(state, ...)
     must not run a collective before it is called (the ranks that just
@@ -138,11 +145,11 @@ def run_fn(func, reset_fn=reset):
                 return func(state_, *args, **kwargs)
             except HorovodInternalError as e:
                 if getattr(state_, '_committed', True):
-                    sys.stderr.write('hvd: elastic: %s: restoring the last commit and resetting\n' % e)
+                    sys.stderr.write('hvd: elastic: %s: restoring the last commit and resetting\n' % _why(e))
                 else:
                     sys.stderr.write('hvd: elastic: %s: no state.commit() was made yet, so the state goes back to '
                                      'where this world started (synced from rank 0; in the first world, the initial '
-                                     'state): progress since is lost; call state.commit() regularly\n' % e)
+                                     'state): progress since is lost; call state.commit() regularly\n' % _why(e))
                 state_.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as e:
