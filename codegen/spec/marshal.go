@@ -40,7 +40,17 @@ func Marshal(s *Spec) ([]byte, error) {
 	}
 	if m := s.Model; m != nil {
 		n := mapNode()
-		if m.Factory != "" {
+		if g := m.GPT; g != nil {
+			gn := mapNode()
+			for _, kv := range []struct {
+				k string
+				v int
+			}{{"vocab", g.Vocab}, {"seq_len", g.SeqLen}, {"hidden", g.Hidden}, {"heads", g.Heads}, {"blocks", g.Blocks}, {"ffn", g.FFN}} {
+				add(gn, kv.k, intNode(int64(kv.v)), "")
+			}
+			add(gn, "tied", boolNode(g.Tied), "")
+			add(n, "gpt", gn, "A GPT-style decoder: embeddings, blocks of causal self-attention and MLP, the LM head (tied: the token embedding's weight).")
+		} else if m.Factory != "" {
 			add(n, "factory", strNode(m.Factory), "A Python function (module:function) returning the model as a sequence of layers.")
 		} else {
 			layers := seqNode()
@@ -76,13 +86,39 @@ func Marshal(s *Spec) ([]byte, error) {
 		}
 		add(root, "model", n, "The model the split generator cuts into pipeline stages.")
 	}
+	if t := s.Train; t != nil {
+		n := mapNode()
+		if t.Data != "" {
+			add(n, "data", strNode(t.Data), "Your data: module:function(step, batch_size, seed) -> (inputs, targets).")
+		}
+		if t.Loss != "" {
+			add(n, "loss", strNode(t.Loss), "Your loss: module:function(logits, targets) -> a scalar.")
+		}
+		add(root, "train", n, "Your own data and loss for the generated job.")
+	}
 	if p := s.Parallel; p != nil {
 		n := mapNode()
 		add(n, "stages", intNode(int64(p.Stages)), "Pipeline stages: contiguous groups of layers, one per rank.")
 		add(n, "data_parallel", intNode(int64(p.DataParallel)), "Replicas of every stage (gradients allreduced among them).")
 		add(n, "micro_batches", intNode(int64(p.MicroBatches)), "Micro-batches each batch is cut into.")
 		add(n, "schedule", strNode(string(p.Schedule)), "gpipe (all forwards, then all backwards) or 1f1b (one forward, one backward).")
-		add(root, "parallel", n, fmt.Sprintf("The parallel layout: the job runs stages × data_parallel = %d ranks (hvdrun -np %d).", p.Ranks(), p.Ranks()))
+		if p.Tensor > 1 {
+			add(n, "tensor", intNode(int64(p.Tensor)), "Tensor-parallel ranks: every block's heads and MLP, and the vocabulary, split across them.")
+		}
+		if p.VirtualStages > 1 {
+			add(n, "virtual_stages", intNode(int64(p.VirtualStages)), "Model chunks per pipeline rank (interleaved 1F1B).")
+		}
+		if p.Zero != 0 {
+			add(n, "zero", intNode(int64(p.Zero)), "Optimizer state (1) and gradients (2) sharded over the data-parallel replicas.")
+		}
+		if p.Recompute {
+			add(n, "recompute", boolNode(true), "Activation checkpointing: recompute each block in backward.")
+		}
+		what := "stages × data_parallel"
+		if p.Tensor > 1 {
+			what = "tensor × stages × data_parallel"
+		}
+		add(root, "parallel", n, fmt.Sprintf("The parallel layout: the job runs %s = %d ranks (hvdrun -np %d).", what, p.Ranks(), p.Ranks()))
 	}
 	var b bytes.Buffer
 	enc := yaml.NewEncoder(&b)
@@ -104,6 +140,10 @@ func pyModule(f Framework) string {
 		return string(f)
 	}
 	return "<framework>"
+}
+
+func boolNode(v bool) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(v)}
 }
 
 func mapNode() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"} }

@@ -293,6 +293,17 @@ func (p *parser) integer(n *yaml.Node, path, want string) (int64, bool) {
 	return v, true
 }
 
+func (p *parser) boolean(n *yaml.Node, path, want string) (bool, bool) {
+	n = deref(n)
+	p.at(n, path)
+	var v bool
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" || n.Decode(&v) != nil {
+		p.expected(n, path, want)
+		return false, false
+	}
+	return v, true
+}
+
 func (p *parser) number(n *yaml.Node, path, want string) (float64, bool) {
 	n = deref(n)
 	p.at(n, path)
@@ -314,7 +325,12 @@ const (
 	wantGo        = "a mapping with package and output"
 	wantGoPackage = "a Go package pattern such as ./... or ./model"
 	wantGoOutput  = "a Go file name such as " + DefaultGoOutput
-	wantModel     = "a mapping with layers (a list) or factory (module:function), and optional input_shape"
+	wantModel     = "a mapping with layers (a list), factory (module:function) or gpt (a transformer), and optional input_shape"
+	wantGPT       = "a mapping with vocab, seq_len, hidden, heads, blocks and optional ffn and tied"
+	wantBool      = "true or false"
+	wantZero      = "0, 1 or 2 (0: no sharding, 1: optimizer state, 2: optimizer state and gradients)"
+	wantTrain     = "a mapping with optional data and loss (module:function)"
+	wantFunction  = "a Python function as module:function, e.g. mydata:batches"
 	wantShape     = "a list of positive integers: the shape of one input sample without the batch dimension, e.g. [784] or [3, 32, 32]"
 	wantDim       = "a positive integer (one dimension of the input sample)"
 	wantLayers    = "a list of layers, each a mapping with type and optional args, cost and params"
@@ -325,7 +341,7 @@ const (
 	wantCost      = "a non-negative number (the layer's relative compute cost)"
 	wantParams    = "a non-negative integer (the layer's parameter count)"
 	wantFactory   = "a Python factory as module:function, e.g. mymodel:build"
-	wantParallel  = "a mapping with stages, data_parallel, micro_batches and schedule"
+	wantParallel  = "a mapping with stages, data_parallel, micro_batches, schedule and (gpt models) tensor, virtual_stages, zero and recompute"
 	wantPositive  = "a positive integer"
 	wantSchedule  = "gpipe or 1f1b"
 )
@@ -383,6 +399,7 @@ func (p *parser) top(root *yaml.Node) bool {
 				{"layers", false, wantLayers, func(n *yaml.Node, path string) { m.Layers = p.layers(n, path) }},
 				{"factory", false, wantFactory, func(n *yaml.Node, path string) { m.Factory, _ = p.str(n, path, wantFactory) }},
 				{"input_shape", false, wantShape, func(n *yaml.Node, path string) { m.InputShape = p.shape(n, path) }},
+				{"gpt", false, wantGPT, func(n *yaml.Node, path string) { m.GPT = p.gpt(n, path) }},
 			}) {
 				s.Model = m
 			}
@@ -404,11 +421,52 @@ func (p *parser) top(root *yaml.Node) bool {
 					v, _ := p.str(n, path, wantSchedule)
 					pl.Schedule = Schedule(v)
 				}},
+				{"tensor", false, wantPositive + " (tensor-parallel ranks)", positive(&pl.Tensor)},
+				{"virtual_stages", false, wantPositive + " (model chunks per pipeline rank)", positive(&pl.VirtualStages)},
+				{"zero", false, wantZero, func(n *yaml.Node, path string) {
+					if v, ok := p.integer(n, path, wantZero); ok {
+						pl.Zero = clampInt(v)
+					}
+				}},
+				{"recompute", false, wantBool, func(n *yaml.Node, path string) { pl.Recompute, _ = p.boolean(n, path, wantBool) }},
 			}) {
 				s.Parallel = pl
 			}
 		}},
+		{"train", false, wantTrain, func(n *yaml.Node, path string) {
+			t := &Train{}
+			if p.mapping(n, path, wantTrain, []field{
+				{"data", false, wantFunction, func(n *yaml.Node, path string) { t.Data, _ = p.str(n, path, wantFunction) }},
+				{"loss", false, wantFunction, func(n *yaml.Node, path string) { t.Loss, _ = p.str(n, path, wantFunction) }},
+			}) {
+				s.Train = t
+			}
+		}},
 	})
+}
+
+// gpt reads model.gpt.
+func (p *parser) gpt(n *yaml.Node, path string) *GPT {
+	g := &GPT{Tied: true}
+	dim := func(dst *int) func(*yaml.Node, string) {
+		return func(n *yaml.Node, path string) {
+			if v, ok := p.integer(n, path, wantPositive); ok {
+				*dst = clampInt(v)
+			}
+		}
+	}
+	if !p.mapping(n, path, wantGPT, []field{
+		{"vocab", true, wantPositive + " (vocabulary size)", dim(&g.Vocab)},
+		{"seq_len", true, wantPositive + " (sequence length)", dim(&g.SeqLen)},
+		{"hidden", true, wantPositive + " (hidden size)", dim(&g.Hidden)},
+		{"heads", true, wantPositive + " (attention heads)", dim(&g.Heads)},
+		{"blocks", true, wantPositive + " (transformer blocks)", dim(&g.Blocks)},
+		{"ffn", false, wantPositive + " (MLP inner size)", dim(&g.FFN)},
+		{"tied", false, wantBool, func(n *yaml.Node, path string) { g.Tied, _ = p.boolean(n, path, wantBool) }},
+	}) {
+		return nil
+	}
+	return g
 }
 
 // clampInt keeps out-of-range values out of range after the conversion to

@@ -97,6 +97,7 @@ type Spec struct {
 	Go        *GoConfig // where the Go bindings are read and written; nil when absent
 	Model     *Model    // the model to split; nil when absent
 	Parallel  *Parallel // the parallel layout; nil when absent (set together with Model)
+	Train     *Train    // the user's data and loss for the generated job; nil when absent
 
 	file string         // the name given to Parse
 	pos  map[string]Pos // position of every key path Parse saw
@@ -112,12 +113,17 @@ type GoConfig struct {
 	Output  string
 }
 
-// Model is the model to split: an ordered list of layers, or a factory
+// Model is the model to split: an ordered list of layers, a factory
 // (Python `module:function` returning an nn.Sequential-like model that the
-// framework plugin inspects). Exactly one of the two is set.
+// framework plugin inspects), or a GPT-style transformer the generator
+// knows (GPT). Exactly one of the three is set.
 type Model struct {
 	Layers  []Layer
 	Factory string
+	// GPT is a decoder-only transformer (model.gpt): the split generator
+	// cuts it at block boundaries and can split every block across a
+	// tensor-parallel set. PyTorch only.
+	GPT *GPT
 	// InputShape is the shape of one input sample, without the batch
 	// dimension (e.g. [784], or [3, 32, 32] for images); nil when not
 	// given. A factory model needs it (its inspection runs a sample batch
@@ -126,6 +132,35 @@ type Model struct {
 	// the generated code and the partitioner's activation sizes use.
 	InputShape []int
 }
+
+// GPT is model.gpt: token and position embeddings, Blocks blocks of
+// causal self-attention and MLP (LayerNorm before each, residuals), a
+// final LayerNorm and the language-model head, whose weight is the token
+// embedding's when Tied.
+type GPT struct {
+	Vocab  int  // vocabulary size
+	SeqLen int  // sequence length (positions)
+	Hidden int  // hidden size
+	Heads  int  // attention heads; divides Hidden
+	Blocks int  // transformer blocks
+	FFN    int  // MLP inner size; default 4 × Hidden
+	Tied   bool // the head uses the token embedding's weight; default true
+}
+
+// Train is the train section: the user's own data and loss for the
+// generated job (Python module:function names, imported from the directory
+// of hvd.yaml); empty: the generated seeded synthetic data and the
+// model's natural loss.
+type Train struct {
+	Data string
+	Loss string
+}
+
+// Limits on a GPT.
+const (
+	MaxGPTDim    = 1 << 20 // vocab, seq_len, hidden, ffn
+	MaxGPTBlocks = 4096
+)
 
 // Limits on model.input_shape.
 const (
@@ -157,17 +192,29 @@ type Arg struct {
 const MaxArgDepth = 3
 
 // Parallel is the parallel layout: Stages pipeline stages, each replicated
-// DataParallel times (the job has Stages × DataParallel ranks), MicroBatches
-// micro-batches per step, run with Schedule.
+// DataParallel times and, for a GPT, split across Tensor ranks (the job has
+// Tensor × Stages × DataParallel ranks), MicroBatches micro-batches per
+// step, run with Schedule.
 type Parallel struct {
 	Stages       int
 	DataParallel int
 	MicroBatches int
 	Schedule     Schedule
+	// Tensor is the tensor-parallel size T (GPT models only; default 1).
+	Tensor int
+	// VirtualStages is the number of model chunks per pipeline rank V
+	// (interleaved 1F1B when > 1; GPT models only; default 1).
+	VirtualStages int
+	// Zero shards the optimizer over the data-parallel set: 0 off, 1
+	// optimizer state, 2 state and gradients (GPT models only; default 0).
+	Zero int
+	// Recompute is activation checkpointing: each block keeps only its
+	// input and recomputes the rest in backward (GPT models only).
+	Recompute bool
 }
 
 // Ranks is the number of processes the layout needs (hvdrun -np).
-func (p *Parallel) Ranks() int { return p.Stages * p.DataParallel }
+func (p *Parallel) Ranks() int { return max(p.Tensor, 1) * p.Stages * p.DataParallel }
 
 // Pos is a position in the spec file (1-based; 0 when unknown, e.g. for a
 // Spec built in Go).
@@ -233,7 +280,7 @@ func Default(fw Framework) *Spec {
 	// Keras' Dense infers its input size: the sample shape tells the split
 	// generator (and documents the model's input for the others).
 	s.Model.InputShape = []int{16}
-	s.Parallel = &Parallel{Stages: 2, DataParallel: 1, MicroBatches: 4, Schedule: OneFOneB}
+	s.Parallel = &Parallel{Stages: 2, DataParallel: 1, MicroBatches: 4, Schedule: OneFOneB, Tensor: 1, VirtualStages: 1}
 	return s
 }
 

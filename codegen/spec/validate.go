@@ -50,6 +50,15 @@ func (s *Spec) applyDefaults() {
 		if absent("parallel.schedule") {
 			pl.Schedule = DefaultSchedule
 		}
+		if absent("parallel.tensor") {
+			pl.Tensor = 1
+		}
+		if absent("parallel.virtual_stages") {
+			pl.VirtualStages = 1
+		}
+	}
+	if m := s.Model; m != nil && m.GPT != nil && absent("model.gpt.ffn") {
+		m.GPT.FFN = 4 * m.GPT.Hidden
 	}
 }
 
@@ -139,6 +148,7 @@ func (s *Spec) check() ErrorList {
 	}
 	c.model()
 	c.parallel()
+	c.train()
 	return c.errs
 }
 
@@ -187,11 +197,17 @@ func (c *checker) model() {
 	if _, ok := c.s.pos["model.factory"]; ok {
 		hasFactory = true
 	}
+	_, hasGPT := c.s.pos["model.gpt"]
+	hasGPT = hasGPT || m.GPT != nil
 	switch {
+	case hasGPT && (hasLayers || hasFactory):
+		c.errf("model.gpt", "a model has layers, a factory or gpt, only one of them")
+	case hasGPT:
+		c.gpt()
 	case hasLayers && hasFactory:
 		c.errf("model.factory", "a model has layers or a factory, not both")
 	case !hasLayers && !hasFactory:
-		c.errf("model", "expected layers (a list) or factory (module:function)")
+		c.errf("model", "expected layers (a list), factory (module:function) or gpt (a transformer)")
 	case hasFactory:
 		if !factoryRE.MatchString(m.Factory) {
 			c.errf("model.factory", "expected %s, got %q", wantFactory, m.Factory)
@@ -228,6 +244,38 @@ func (c *checker) model() {
 		if l.Params != nil && *l.Params < 0 {
 			c.errf(lp+".params", "expected %s, got %d", wantParams, *l.Params)
 		}
+	}
+}
+
+// gpt checks model.gpt: sizes in range, heads dividing hidden, PyTorch.
+func (c *checker) gpt() {
+	g := c.s.Model.GPT
+	if g == nil || c.s.bad["model.gpt"] || c.s.bad["model.gpt.*"] {
+		return
+	}
+	if c.s.Framework != PyTorch && slices.Contains(Frameworks, c.s.Framework) {
+		c.errf("model.gpt", "the transformer split is generated for pytorch only (framework is %s); split a %s model by declaring its layers", c.s.Framework, c.s.Framework)
+	}
+	ok := true
+	for _, d := range []struct {
+		path string
+		v    int
+		max  int
+	}{{"model.gpt.vocab", g.Vocab, MaxGPTDim}, {"model.gpt.seq_len", g.SeqLen, MaxGPTDim}, {"model.gpt.hidden", g.Hidden, MaxGPTDim},
+		{"model.gpt.heads", g.Heads, MaxGPTDim}, {"model.gpt.blocks", g.Blocks, MaxGPTBlocks}, {"model.gpt.ffn", g.FFN, MaxGPTDim}} {
+		switch {
+		case c.s.bad[d.path]:
+			ok = false
+		case d.v < 1:
+			c.errf(d.path, "expected %s, got %d", wantPositive, d.v)
+			ok = false
+		case d.v > d.max:
+			c.errf(d.path, "%d is more than the %d this hvdgen supports", d.v, d.max)
+			ok = false
+		}
+	}
+	if ok && g.Hidden%g.Heads != 0 {
+		c.errf("model.gpt.heads", "%d heads do not divide the hidden size %d: every head needs hidden / heads features", g.Heads, g.Hidden)
 	}
 }
 
@@ -326,5 +374,77 @@ func (c *checker) parallel() {
 	}
 	if m := c.s.Model; okP && m != nil && len(m.Layers) > 0 && pl.Stages > len(m.Layers) && !c.s.bad["model.layers"] {
 		c.errf("parallel.stages", "%d stages but the model has %d layers: every stage needs at least one layer", pl.Stages, len(m.Layers))
+	}
+	// A Spec built in Go may leave the GPT-only sizes at zero: they mean 1.
+	unset := func(path string, v int) bool { _, given := c.s.pos[path]; return v == 0 && !given }
+	okT := unset("parallel.tensor", pl.Tensor) || inRange("parallel.tensor", pl.Tensor, MaxRanks, "tensor-parallel ranks")
+	okV := unset("parallel.virtual_stages", pl.VirtualStages) || inRange("parallel.virtual_stages", pl.VirtualStages, MaxStages, "virtual stages")
+	pt, pv := max(pl.Tensor, 1), max(pl.VirtualStages, 1)
+	if pl.Zero < 0 || pl.Zero > 2 {
+		c.errf("parallel.zero", "expected %s, got %d", wantZero, pl.Zero)
+	}
+	if okP && okD && okT && pt > MaxRanks/(pl.Stages*pl.DataParallel) {
+		c.errf("parallel.tensor", "tensor × stages × data_parallel is more than the %d ranks this hvdgen supports", MaxRanks)
+	}
+	var g *GPT
+	if m := c.s.Model; m != nil {
+		g = m.GPT
+	}
+	if g == nil {
+		// Tensor parallelism, virtual stages, sharded optimizer state and recomputation are
+		// wired by the transformer split only.
+		for _, k := range []struct {
+			path string
+			set  bool
+		}{{"parallel.tensor", okT && pt != 1}, {"parallel.virtual_stages", okV && pv != 1},
+			{"parallel.zero", pl.Zero != 0}, {"parallel.recompute", pl.Recompute}} {
+			if k.set && c.s.Model != nil && !c.s.bad["model"] {
+				c.errf(k.path, "%s is generated for model.gpt only; a layers or factory model is split into pipeline stages × data-parallel replicas", k.path)
+			}
+		}
+	} else if !c.s.bad["model.gpt"] && !c.s.bad["model.gpt.*"] && okP && okT && okV {
+		layers := g.Blocks + 2 // the embedding, the blocks, the head
+		if pl.Stages*pv > layers {
+			c.errf("parallel.stages", "%d stages × %d virtual stages = %d model chunks, but a %d-block GPT has %d layers to cut (embedding, blocks, head): every chunk needs one",
+				pl.Stages, pv, pl.Stages*pv, g.Blocks, layers)
+		}
+		if t := pt; t > 1 {
+			for _, d := range []struct {
+				path, what string
+				v          int
+			}{{"model.gpt.hidden", "the hidden size", g.Hidden}, {"model.gpt.heads", "the attention heads", g.Heads},
+				{"model.gpt.vocab", "the vocabulary", g.Vocab}, {"model.gpt.ffn", "the MLP inner size", g.FFN}} {
+				if d.v >= 1 && d.v%t != 0 {
+					c.errf("parallel.tensor", "tensor: %d does not divide %s (%s = %d): every tensor-parallel rank holds an equal share", t, d.what, d.path, d.v)
+				}
+			}
+		}
+		if pv > 1 {
+			switch {
+			case pl.Stages == 1:
+				c.errf("parallel.virtual_stages", "virtual stages interleave chunks across pipeline ranks: they need stages > 1")
+			case pl.Schedule != OneFOneB:
+				c.errf("parallel.virtual_stages", "virtual stages run with the interleaved 1f1b schedule: set schedule: 1f1b")
+			case pl.MicroBatches%pl.Stages != 0:
+				c.errf("parallel.micro_batches", "the interleaved schedule needs micro_batches to be a multiple of stages (%d): got %d", pl.Stages, pl.MicroBatches)
+			}
+		}
+	}
+}
+
+// train checks the train section: functions as module:function, and a
+// model that uses them.
+func (c *checker) train() {
+	t := c.s.Train
+	if t == nil || c.s.bad["train"] {
+		return
+	}
+	for _, f := range []struct{ path, v string }{{"train.data", t.Data}, {"train.loss", t.Loss}} {
+		if _, given := c.s.pos[f.path]; (given || f.v != "") && !factoryRE.MatchString(f.v) {
+			c.errf(f.path, "expected %s, got %q", wantFunction, f.v)
+		}
+	}
+	if m := c.s.Model; (t.Data != "" || t.Loss != "") && (m == nil || m.GPT == nil) {
+		c.errf("train", "train.data and train.loss are used by the transformer split (model.gpt) only, so far")
 	}
 }

@@ -29,7 +29,7 @@ func SplitRunsLikeReference(t *testing.T, a plugin.FrameworkAdapter, fw spec.Fra
 	if fw == spec.TensorFlow {
 		s.Model.InputShape = []int{16} // Keras's first Dense does not say its input size
 	}
-	s.Parallel = &spec.Parallel{Stages: stages, DataParallel: replicas, MicroBatches: 4, Schedule: sched}
+	s.Parallel = &spec.Parallel{Stages: stages, DataParallel: replicas, MicroBatches: 4, Schedule: sched, Tensor: 1, VirtualStages: 1}
 	set, err := a.Generate(context.Background(), SplitRequest(t, s))
 	if err != nil {
 		t.Fatal(err)
