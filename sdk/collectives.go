@@ -30,7 +30,8 @@ type ReduceOptions struct {
 	// Name identifies the tensor across ranks (Horovod's name=): ops are
 	// matched by name, not by call order. Empty: "<op>.noname.<n>" with a
 	// per-process-set counter, so unnamed calls must happen in the same
-	// order on every member.
+	// order on every member (a completed World.Join restarts the global
+	// set's counter on every rank).
 	Name string
 	// Priority orders this tensor among those ready at the same time on
 	// every member: higher priorities are negotiated, fused and executed

@@ -2,8 +2,11 @@ package sdk
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hvdorg/hvd/backends"
@@ -146,4 +149,47 @@ func TestJoinMatrix(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Horovod's test_horovod_join_allgather at np 3: each rank in turn joins
+// while the others' unnamed allgather fails (not supported with Join). The
+// joined rank skips that op, so its automatic-name counter falls behind;
+// before a completed join restarted the counters, the next round's unnamed
+// allgathers were "allgather.noname.1" on one rank and ".2" on the other
+// and waited for each other forever. Afterwards every rank's next unnamed
+// op has the same name and completes.
+func TestJoinRestartsAutomaticNames(t *testing.T) {
+	const n = 3
+	ws := mustWorlds(t, n, worldOpts{})
+	for first := 0; first < n; first++ {
+		each(t, ws, func(w *World) error {
+			if w.Rank() != first {
+				h, err := w.GlobalProcessSet().AllgatherAsync(TensorOf([]float32{1, 2}), "")
+				if err != nil {
+					return err
+				}
+				if h.Name() != "allgather.noname.1" {
+					return fmt.Errorf("round %d: unnamed allgather after a join is %q, want allgather.noname.1", first, h.Name())
+				}
+				if _, err := h.Wait(); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "not supported with Join") {
+					return fmt.Errorf("round %d: allgather while rank %d has joined: %v, want the Join error", first, first, err)
+				}
+			}
+			last, err := w.Join()
+			if err == nil && last == first {
+				err = fmt.Errorf("round %d: rank %d joined first but is reported last", first, first)
+			}
+			return err
+		})
+	}
+	each(t, ws, func(w *World) error {
+		out, err := w.GlobalProcessSet().Allgather(TensorOf([]int32{int32(w.Rank())}))
+		if err != nil {
+			return err
+		}
+		if got := SliceOf[int32](out); !slices.Equal(got, []int32{0, 1, 2}) {
+			return fmt.Errorf("unnamed allgather after the joins: %v", got)
+		}
+		return nil
+	})
 }

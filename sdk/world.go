@@ -575,6 +575,13 @@ func setHash(ranks []int) string {
 // still divides by the full size); other collectives fail while a rank is
 // joined. Join blocks until every rank has joined and returns the global
 // rank that joined last, the same on every rank.
+//
+// A completed join restarts the global set's automatic names on every rank
+// ("<op>.noname.1" next): a rank that joined early skipped the ops the
+// others ran meanwhile (each consuming an automatic name), so without the
+// restart their unnamed ops after the join would carry different names and
+// wait for each other forever. Every op of the set submitted before the
+// join has completed or failed by then, so no name in flight is reused.
 func (w *World) Join() (int, error) {
 	ps := w.GlobalProcessSet()
 	if ps == nil {
@@ -587,6 +594,7 @@ func (w *World) Join() (int, error) {
 	if _, err := h.Wait(); err != nil {
 		return -1, err
 	}
+	ps.counter.Store(0)
 	return ps.ranks[h.ops[0].Handle().LastJoined], nil
 }
 

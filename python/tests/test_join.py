@@ -4,6 +4,8 @@ rank with DistributedOptimizer, then join; cached and fresh names; every
 dtype Horovod's torch allreduce accepts; each rank joining first.
 
 Before the response-cache fix every test here that reuses a name hung."""
+import time
+
 import pytest
 import torch
 
@@ -90,3 +92,53 @@ def test_join_value_when_ranks_drop_out_one_by_one():
         active = sum(1 for r in range(N) if 2 + r > s)
         assert torch.allclose(out, torch.full([5], active / N, dtype=torch.float64)), (s, out)
     assert hvd.join() == N - 1
+
+
+def _settles(handle, seconds=30):
+    """Polls an async op until it completes or fails (True) or the deadline
+    passes (False: the ranks are waiting on different tensors)."""
+    deadline = time.monotonic() + seconds
+    while not hvd.poll(handle):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_unnamed_ops_after_join_errors_stay_in_step():
+    """Horovod's test_horovod_join_allgather: each rank in turn joins first
+    while the others call an unnamed allgather, which fails on each of them
+    (allgather is not supported with Join); the joined rank never called it.
+    At np 3 its automatic-name counter fell one behind, the next round's
+    unnamed allgathers carried different names on the two active ranks
+    (allgather.noname.1 / .2) and the job hung. A completed join restarts
+    the automatic names on every rank, so they stay in step."""
+    t = torch.ones(2, 3)
+    for first in range(N):
+        if R == first:
+            last = hvd.join()
+        else:
+            h = hvd.allgather_async(t)
+            assert _settles(h), ('rank %d: the unnamed allgather while rank %d has joined neither '
+                                 'completed nor failed: automatic names out of step' % (R, first))
+            with pytest.raises(RuntimeError, match='not supported with Join'):
+                hvd.synchronize(h)
+            last = hvd.join()
+        assert last != first
+    h = hvd.allgather_async(torch.tensor([R]))
+    assert _settles(h), 'automatic names out of step after the joins'
+    assert hvd.synchronize(h).tolist() == list(range(N))
+
+
+def test_unnamed_ops_after_uneven_steps_and_join_stay_in_step():
+    """Rank r runs 1 + r unnamed allreduces (the joined ranks contribute
+    zeros), then joins: the ranks have used different numbers of automatic
+    names, yet the unnamed ops after the join match across ranks."""
+    for s in range(1 + R):
+        out = hvd.allreduce(torch.ones(4), op=hvd.Sum)
+        assert torch.equal(out, torch.full([4], float(sum(1 for r in range(N) if 1 + r > s)))), (s, out)
+    assert hvd.join() == N - 1
+    for want in (torch.arange(N), torch.arange(N) * 2):
+        h = hvd.allgather_async((want[R:R + 1]).clone())
+        assert _settles(h), 'rank %d: unnamed allgather after the join did not match across ranks' % R
+        assert torch.equal(hvd.synchronize(h), want)
