@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/internal/launch"
+	"github.com/hvdorg/hvd/internal/pyfind"
 	"github.com/hvdorg/hvd/internal/version"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
@@ -64,14 +65,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintf(stderr, "%v\n\n%s", err, launch.Usage())
 		return launch.ExitCode(err)
-	case opts.CheckBuild:
-		fmt.Fprint(stdout, launch.CheckBuild(context.Background(), version.Version, os.Environ(), opts.Verbose, checkBuildTimeout))
+	}
+	// bin/hvdrun of a source checkout makes the checkout's build/python
+	// importable (appended to PYTHONPATH: the user's entries come first),
+	// so `make python; bin/hvdrun -np 2 python3 train.py` works from any
+	// directory and --check-build sees that package.
+	finder := pyfind.New(os.Environ())
+	finder.Environ = pyfind.WithPythonPath(finder.Environ, pyfind.CheckoutPackage(finder.Exe))
+	if opts.CheckBuild {
+		fmt.Fprint(stdout, launch.CheckBuild(context.Background(), version.Version, finder, opts.Verbose, checkBuildTimeout))
 		return 0
 	}
 	job, err := launch.NewJob(opts, launch.Runtime{
 		Stdout:   stdout,
 		Stderr:   stderr,
-		Environ:  os.Environ(),
+		Environ:  finder.Environ,
 		NewStore: newStore,
 		Signals:  sigs,
 

@@ -6,9 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/hvdorg/hvd/internal/pyfind"
 )
 
 // `hvdrun --check-build` prints horovodrun's build table (the same header,
@@ -47,6 +48,7 @@ var (
 // and the hvd package it can import (without importing either).
 type PythonProbe struct {
 	Interpreter string `json:"-"`          // as given: "python3", "/usr/bin/python3"
+	Why         string `json:"-"`          // why it was asked: "the active virtual environment, VIRTUAL_ENV=…"
 	Executable  string `json:"executable"` // sys.executable
 	Version     string `json:"version"`    // Python version, "3.11.2"
 	Hvd         string `json:"hvd"`        // directory of the hvd package, "" when not found
@@ -150,32 +152,20 @@ func lastLine(s string) string {
 	return s
 }
 
-// PythonCandidates returns the interpreters --check-build asks, in order:
-// $HVD_PYTHON alone when set (the interpreter the job will run), else
-// python3 as found in PATH and /usr/bin/python3, the second dropped when it
-// is the same file. lookPath is exec.LookPath in production.
-func PythonCandidates(environ []string, lookPath func(string) (string, error)) []string {
-	if v, ok := lookupEnv(environ, "HVD_PYTHON"); ok && v != "" {
-		return []string{v}
+// PythonCandidates returns the interpreters --check-build asks, the
+// environment hvdrun belongs to first (package pyfind's order): HVD_PYTHON
+// alone when set (the interpreter the job will run), else the active
+// virtual environment's, else the one hvdrun is installed next to (a venv's
+// bin/), else python3 as found in PATH and /usr/bin/python3 (the second
+// dropped when it is the same file).
+func PythonCandidates(f *pyfind.Finder) []pyfind.Choice {
+	if c, ok := f.Explicit("", ""); ok {
+		return []pyfind.Choice{c}
 	}
-	var out []string
-	seen := map[string]bool{}
-	for _, name := range []string{"python3", "/usr/bin/python3"} {
-		path, err := lookPath(name)
-		if err != nil {
-			continue
-		}
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil {
-			real = path
-		}
-		if seen[real] {
-			continue
-		}
-		seen[real] = true
-		out = append(out, path)
+	if c, ok := f.Environment(); ok {
+		return []pyfind.Choice{c}
 	}
-	return out
+	return f.Candidates()
 }
 
 // FormatCheckBuild renders the build table for version and the probes:
@@ -214,7 +204,7 @@ func FormatCheckBuild(version string, probes []PythonProbe, verbose bool) string
 		"          rendezvoused as horovodrun --gloo does; SHM inside a host, TCP between hosts.\n" +
 		"    MPI, NCCL, DDL, CCL: not in hvd (mpirun and srun can still start hvd workers).\n")
 	if len(probes) == 0 {
-		b.WriteString("    Frameworks: no Python interpreter found (python3 in PATH, /usr/bin/python3; or set HVD_PYTHON).\n")
+		b.WriteString("    Frameworks: no Python interpreter found (VIRTUAL_ENV, next to hvdrun, python3 in PATH, /usr/bin/python3; or set HVD_PYTHON).\n")
 	}
 	for _, p := range probes {
 		b.WriteString("    " + describeProbe(p) + "\n")
@@ -225,12 +215,15 @@ func FormatCheckBuild(version string, probes []PythonProbe, verbose bool) string
 // describeProbe says in one line what one interpreter offers.
 func describeProbe(p PythonProbe) string {
 	name := p.Interpreter
+	if p.Why != "" && p.Why != name {
+		name += " (" + p.Why + ")"
+	}
 	if p.Err != "" {
 		return fmt.Sprintf("Frameworks in %s: not probed (%s).", name, p.Err)
 	}
-	head := fmt.Sprintf("Frameworks in %s (Python %s):", name, p.Version)
+	head := fmt.Sprintf("Frameworks in %s, Python %s:", name, p.Version)
 	if p.Hvd == "" {
-		return head + " the hvd package is not importable (make python, then PYTHONPATH=build/python; or hvdgen plugin install)."
+		return head + " the hvd package is not importable (bin/hvdrun of a source checkout finds its build/python after make python; else hvdgen plugin install --python " + p.Interpreter + " <framework>)."
 	}
 	var parts []string
 	for _, fw := range Frameworks {
@@ -253,12 +246,15 @@ func describeProbe(p PythonProbe) string {
 	return fmt.Sprintf("%s %s; hvd %s at %s.", head, strings.Join(parts, ", "), hv, p.Hvd)
 }
 
-// CheckBuild probes the candidate interpreters (each within timeout) and
-// returns the table. environ is the environment the probes run with.
-func CheckBuild(ctx context.Context, version string, environ []string, verbose bool, timeout time.Duration) string {
+// CheckBuild probes the candidate interpreters (each within timeout, with
+// f's environment, where hvdrun's main has put a source checkout's
+// build/python on PYTHONPATH) and returns the table.
+func CheckBuild(ctx context.Context, version string, f *pyfind.Finder, verbose bool, timeout time.Duration) string {
 	var probes []PythonProbe
-	for _, py := range PythonCandidates(environ, exec.LookPath) {
-		probes = append(probes, ProbePython(ctx, py, environ, timeout))
+	for _, c := range PythonCandidates(f) {
+		p := ProbePython(ctx, c.Python, f.Environ, timeout)
+		p.Why = c.Why
+		probes = append(probes, p)
 	}
 	return FormatCheckBuild(version, probes, verbose)
 }

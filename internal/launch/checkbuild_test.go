@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/internal/pyfind"
 )
 
 func TestParseArgsVersionAndCheckBuild(t *testing.T) {
@@ -79,6 +81,20 @@ func TestFormatCheckBuild(t *testing.T) {
 }
 
 func TestPythonCandidates(t *testing.T) {
+	files := map[string]bool{"/usr/bin/python3": true, "/venv/bin/python": true, "/inst/bin/python3": true}
+	aFile := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(aFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	finder := func(environ []string, exe string, look func(string) (string, error)) *pyfind.Finder {
+		return &pyfind.Finder{Environ: environ, Exe: exe, LookPath: look,
+			Stat: func(p string) (os.FileInfo, error) {
+				if files[p] {
+					return os.Stat(aFile)
+				}
+				return nil, os.ErrNotExist
+			}}
+	}
 	look := func(name string) (string, error) {
 		switch name {
 		case "python3":
@@ -88,14 +104,29 @@ func TestPythonCandidates(t *testing.T) {
 		}
 		return "", exec.ErrNotFound
 	}
-	if got := PythonCandidates(nil, look); len(got) != 1 || got[0] != "/usr/bin/python3" {
+	names := func(cs []pyfind.Choice) string {
+		var s []string
+		for _, c := range cs {
+			s = append(s, c.Python+" ("+c.Why+")")
+		}
+		return strings.Join(s, ", ")
+	}
+	if got := names(PythonCandidates(finder(nil, "/repo/bin/hvdrun", look))); got != "/usr/bin/python3 (python3 on PATH)" {
 		t.Errorf("duplicates kept: %v", got)
 	}
-	if got := PythonCandidates([]string{"HVD_PYTHON=/opt/py/bin/python"}, look); len(got) != 1 || got[0] != "/opt/py/bin/python" {
+	if got := names(PythonCandidates(finder([]string{"HVD_PYTHON=/opt/py/bin/python", "VIRTUAL_ENV=/venv"}, "", look))); got != "/opt/py/bin/python (HVD_PYTHON)" {
 		t.Errorf("HVD_PYTHON ignored: %v", got)
 	}
+	// The environment hvdrun belongs to, alone: the active venv, else the
+	// one it is installed in.
+	if got := names(PythonCandidates(finder([]string{"VIRTUAL_ENV=/venv"}, "/inst/bin/hvdrun", look))); got != "/venv/bin/python (the active virtual environment, VIRTUAL_ENV=/venv)" {
+		t.Errorf("active venv: %v", got)
+	}
+	if got := names(PythonCandidates(finder(nil, "/inst/bin/hvdrun", look))); got != "/inst/bin/python3 (the environment hvdrun is installed in)" {
+		t.Errorf("installed: %v", got)
+	}
 	none := func(string) (string, error) { return "", exec.ErrNotFound }
-	if got := PythonCandidates(nil, none); len(got) != 0 {
+	if got := PythonCandidates(finder(nil, "", none)); len(got) != 0 {
 		t.Errorf("no interpreter: %v", got)
 	}
 }
