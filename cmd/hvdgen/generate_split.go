@@ -42,6 +42,10 @@ func checkNP(cCtx *cli.Context, s *spec.Spec, path string) error {
 		return usageErrorf("--np %d: %s has no parallel section to check it against", np, path)
 	}
 	if np != p.Ranks() {
+		if p.Tensor > 1 {
+			return usageErrorf("the layout in %s needs %d ranks (%d tensor × %d stages × %d replicas); -np %d does not match: run with hvdrun -np %d or change parallel.tensor / parallel.stages / parallel.data_parallel",
+				path, p.Ranks(), p.Tensor, p.Stages, p.DataParallel, np, p.Ranks())
+		}
 		return usageErrorf("the layout in %s needs %d ranks (%d stages × %d replicas); -np %d does not match: run with hvdrun -np %d or change parallel.stages / parallel.data_parallel",
 			path, p.Ranks(), p.Stages, p.DataParallel, np, p.Ranks())
 	}
@@ -76,7 +80,9 @@ func genSplit(cCtx *cli.Context, s *spec.Spec, path string, data []byte) error {
 	if py == "" {
 		py = "python3"
 	}
-	if f := s.Model.Factory; f != "" {
+	if g := s.Model.GPT; g != nil {
+		progress(cCtx, "split: GPT of %d blocks, %d tensor × %d stages × %d replicas", g.Blocks, s.Parallel.Tensor, s.Parallel.Stages, s.Parallel.DataParallel)
+	} else if f := s.Model.Factory; f != "" {
 		progress(cCtx, "split: inspecting %s with %s (imports it, runs a sample batch, times every layer)", f, py)
 	} else {
 		progress(cCtx, "split: %d declared layers, %d stages × %d replicas", len(s.Model.Layers), s.Parallel.Stages, s.Parallel.DataParallel)

@@ -28,8 +28,12 @@ type Result struct {
 	// Memory estimates each stage's memory at the default batch (Markdown,
 	// also in README.md).
 	Memory string
-	// Topology is the rank layout and its process sets.
+	// Topology is the rank layout and its process sets (nil for a
+	// transformer job, whose sets are in Sets).
 	Topology *topology.Topology
+	// Sets describes a transformer job's process sets (Markdown), "" for
+	// the others.
+	Sets string
 }
 
 // Paths returns the result's file paths, sorted.

@@ -86,6 +86,18 @@ func Generate(ctx context.Context, req plugin.GenerateRequest, fw spec.Framework
 		m    *split.Model
 		note string
 	)
+	if g := r.Spec.Model.GPT; g != nil {
+		res, err := split.GenerateGPT(r.Spec, r.ImportRoot)
+		if err != nil {
+			return nil, classify(err)
+		}
+		set, err := FileSet(res)
+		if err != nil {
+			return nil, err
+		}
+		set.Summary = fmt.Sprintf("GPT: %d blocks, hidden %d, %d heads, vocabulary %d, sequence %d; cut into chunks by FLOPs and parameters", g.Blocks, g.Hidden, g.Heads, g.Vocab, g.SeqLen) + "\n\n" + set.Summary
+		return set, nil
+	}
 	if f := r.Spec.Model.Factory; f != "" {
 		if inspect == nil {
 			return nil, Invalid(r.Spec.ErrorAt("model.factory", "%s: factory inspection needs the framework installed; %s — declare the layers under model.layers instead", f, refused))
@@ -230,6 +242,10 @@ func summary(res *split.Result) string {
 	if res.Topology != nil {
 		b.WriteString("\n")
 		b.WriteString(strings.TrimRight(res.Topology.Table(), "\n"))
+		b.WriteString("\n")
+	} else if res.Sets != "" {
+		b.WriteString("\nProcess sets (registered in this order on every rank):\n\n")
+		b.WriteString(strings.TrimRight(res.Sets, "\n"))
 		b.WriteString("\n")
 	}
 	return b.String()
