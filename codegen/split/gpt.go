@@ -144,7 +144,7 @@ func GPTSchedule(kind spec.Schedule, p, stages, virtual, micro int) []Unit {
 
 // Unit is one forward or backward of a chunk for a micro-batch.
 type Unit struct {
-	Forward     bool
+	Forward      bool
 	Chunk, Micro int
 }
 
