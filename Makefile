@@ -5,7 +5,7 @@ BIN     := bin
 NP      ?= 3
 PYNP    ?= 2
 
-.PHONY: build-mpi python-mpi test-mpi all build run run-go run-split python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
+.PHONY: build-mpi python-mpi test-mpi all build run run-go run-split run-gpt python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
@@ -32,6 +32,16 @@ run-split: build python plugins torch
 	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np $(SPLIT_NP) $(PYTHON) build/split/train.py --steps 20 --dtype float64 --dump build/split/pipeline.npz
 	PYTHONPATH=$(PYBUILD) $(PYTHON) build/split/train.py --reference --steps 20 --dtype float64 --dump build/split/reference.npz
 	$(PYTHON) examples/split/compare.py build/split/pipeline.npz build/split/reference.npz
+
+# The transformer split (docs/split.md): hvdgen generates the GPT of examples/gpt/hvd.yaml split
+# 2 tensor x 2 pipeline stages (interleaved, 2 chunks each) x 2 data-parallel replicas with the
+# optimizer state sharded (ZeRO-1) into build/gpt; it trains 20 steps under hvdrun -np 8 and is
+# compared with the same model trained in one process (float64), with every rank's peak memory.
+run-gpt: build python plugins torch
+	$(BIN)/hvdgen generate -f examples/gpt/hvd.yaml --plugin-dir $(BIN) --python $(PYTHON) --out $(CURDIR)/build/gpt --np 8
+	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np 8 $(PYTHON) build/gpt/train.py --steps 20 --batch-size 8 --dtype float64 --memory --dump build/gpt/split.npz
+	PYTHONPATH=$(PYBUILD) $(PYTHON) build/gpt/train.py --reference --steps 20 --batch-size 8 --dtype float64 --memory --dump build/gpt/reference.npz
+	$(PYTHON) build/gpt/compare.py build/gpt/split.npz build/gpt/reference.npz
 
 # The Go example: linear regression through the Go SDK.
 run-go: build

@@ -304,8 +304,11 @@ func gptPartitionTable(plan *partition.Plan, costs []gptCost, l GPTLayout) strin
 			rank += costs[j].rank
 			flops += costs[j].flops
 		}
-		fmt.Fprintf(&b, "| %d | %d | %d–%d: %s–%s | %d | %d | %.1f %% |\n", i, i%l.Stages, st.First, st.End-1,
-			costs[st.First].name, costs[st.End-1].name, params, rank, 100*flops/total)
+		layers := fmt.Sprintf("%d: %s", st.First, costs[st.First].name)
+		if st.End-1 > st.First {
+			layers = fmt.Sprintf("%d–%d: %s … %s", st.First, st.End-1, costs[st.First].name, costs[st.End-1].name)
+		}
+		fmt.Fprintf(&b, "| %d | %d | %s | %d | %d | %.1f %% |\n", i, i%l.Stages, layers, params, rank, 100*flops/total)
 	}
 	return b.String()
 }

@@ -1,0 +1,208 @@
+package split
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hvdorg/hvd/codegen/spec"
+)
+
+// The transformer split's numerics (issue 25): a small GPT (4 blocks,
+// hidden 64, 4 heads, vocabulary 256, sequence 32) trained 20 steps in
+// float64 by the generated job in every T×P×D layout of -np 4 and of -np 8,
+// with and without interleaving, ZeRO stages 1 and 2, recomputation and
+// both schedules, equals the single-process reference to 1e-10 (every
+// parameter, relative to the tensor's largest value, and every step's
+// loss); and a checkpoint saved at 2×2×2 after 10 steps and loaded at
+// 1×2×4 continues exactly as the reference does.
+
+const gptYAML = `version: 1
+project: gpt
+framework: pytorch
+generate: [split]
+model:
+  gpt: {vocab: 256, seq_len: 32, hidden: 64, heads: 4, blocks: 4, tied: %v}
+parallel: {tensor: %d, stages: %d, data_parallel: %d, micro_batches: %d, schedule: %s, virtual_stages: %d, zero: %d, recompute: %v}
+`
+
+type gptCase struct {
+	t, p, d, m, v, zero int
+	sched               spec.Schedule
+	recompute, untied   bool
+}
+
+func (c gptCase) name() string {
+	n := fmt.Sprintf("%dx%dx%d-m%d-%s", c.t, c.p, c.d, c.m, c.sched)
+	if c.v > 1 {
+		n += fmt.Sprintf("-v%d", c.v)
+	}
+	if c.zero > 0 {
+		n += fmt.Sprintf("-zero%d", c.zero)
+	}
+	if c.recompute {
+		n += "-recompute"
+	}
+	if c.untied {
+		n += "-untied"
+	}
+	return n
+}
+
+func generateGPT(t *testing.T, c gptCase) *Result {
+	t.Helper()
+	v := max(c.v, 1)
+	src := fmt.Sprintf(gptYAML, !c.untied, c.t, c.p, c.d, c.m, c.sched, v, c.zero, c.recompute)
+	s, err := spec.Parse("hvd.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("spec:\n%s\n%v", src, err)
+	}
+	r, err := GenerateGPT(s, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// gptReference trains the reference once per variant (it does not depend
+// on the layout) and returns the directory holding ref.npz / ref.json.
+var (
+	gptRefMu   sync.Mutex
+	gptRefDirs = map[bool]string{}
+)
+
+func gptReference(t *testing.T, env []string, untied bool) string {
+	gptRefMu.Lock()
+	defer gptRefMu.Unlock()
+	if d, ok := gptRefDirs[untied]; ok {
+		return d
+	}
+	dir, err := os.MkdirTemp("", "hvd-gpt-ref-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, generateGPT(t, gptCase{t: 1, p: 1, d: 1, m: 1, sched: spec.OneFOneB, untied: untied}))
+	out, code := run(t, dir, 3*time.Minute, env, python, "train.py", "--reference", "--steps", "20", "--batch-size", "8",
+		"--dtype", "float64", "--dump", "ref.npz")
+	if code != 0 {
+		t.Fatalf("train.py --reference: exit %d\n%s", code, lastLines(out, 30))
+	}
+	gptRefDirs[untied] = dir
+	return dir
+}
+
+func TestGPTEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the transformer runs start 60 Python processes")
+	}
+	havePython(t, "torch, numpy")
+	hvdrun, pythonpath := e2eBuild(t)
+	env := []string{"PYTHONPATH=" + pythonpath, "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1"}
+	t.Cleanup(func() {
+		for _, d := range gptRefDirs {
+			os.RemoveAll(d)
+		}
+	})
+	cases := []gptCase{
+		// -np 4: every T×P×D with two factors of 2, and the pure ones.
+		{t: 2, p: 2, d: 1, m: 2, sched: spec.OneFOneB},
+		{t: 2, p: 1, d: 2, m: 2, sched: spec.OneFOneB, zero: 2},
+		{t: 1, p: 2, d: 2, m: 2, sched: spec.OneFOneB, v: 2, zero: 1},
+		{t: 4, p: 1, d: 1, m: 2, sched: spec.GPipe},
+		{t: 1, p: 4, d: 1, m: 4, sched: spec.OneFOneB, untied: true},
+		{t: 1, p: 4, d: 1, m: 4, sched: spec.OneFOneB},
+		// -np 8: 2×2×2, interleaved with ZeRO-2 and recomputation, and plain.
+		{t: 2, p: 2, d: 2, m: 2, sched: spec.OneFOneB, v: 2, zero: 2, recompute: true},
+		{t: 2, p: 2, d: 2, m: 4, sched: spec.GPipe},
+	}
+	for _, c := range cases {
+		t.Run(c.name(), func(t *testing.T) {
+			ref := gptReference(t, env, c.untied)
+			dir := t.TempDir()
+			writeFiles(t, dir, generateGPT(t, c))
+			np := c.t * c.p * c.d
+			out, code := run(t, dir, 5*time.Minute, env, hvdrun, "-np", fmt.Sprint(np), python, "train.py",
+				"--steps", "20", "--batch-size", "8", "--dtype", "float64", "--dump", "run.npz")
+			if code != 0 {
+				t.Fatalf("hvdrun -np %d train.py: exit %d\n%s", np, code, lastLines(out, 60))
+			}
+			if !strings.Contains(out, "step 19 loss") {
+				t.Fatalf("no 20 steps reported:\n%s", lastLines(out, 30))
+			}
+			compareGPT(t, dir, env, "run.npz", filepath.Join(ref, "ref.npz"))
+		})
+	}
+	// A checkpoint written at 2×2×2 (ZeRO-1 shards, tensor-parallel
+	// slices) after 10 steps, loaded at 1×2×4 (no tensor parallelism, four
+	// replicas) for the next 10: the same parameters and losses as the
+	// reference's 20 steps.
+	t.Run("checkpoint-2x2x2-to-1x2x4", func(t *testing.T) {
+		ref := gptReference(t, env, false)
+		dir := t.TempDir()
+		first, second := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+		writeFiles(t, first, generateGPT(t, gptCase{t: 2, p: 2, d: 2, m: 2, sched: spec.OneFOneB, zero: 1}))
+		writeFiles(t, second, generateGPT(t, gptCase{t: 1, p: 2, d: 4, m: 2, sched: spec.OneFOneB, zero: 2}))
+		ckpt := filepath.Join(dir, "ckpt")
+		out, code := run(t, first, 5*time.Minute, env, hvdrun, "-np", "8", python, "train.py", "--steps", "10",
+			"--batch-size", "8", "--dtype", "float64", "--save", ckpt, "--dump", "run.npz")
+		if code != 0 {
+			t.Fatalf("2x2x2 with --save: exit %d\n%s", code, lastLines(out, 60))
+		}
+		out, code = run(t, second, 5*time.Minute, env, hvdrun, "-np", "8", python, "train.py", "--steps", "10",
+			"--batch-size", "8", "--dtype", "float64", "--load", ckpt, "--dump", "run.npz")
+		if code != 0 {
+			t.Fatalf("1x2x4 with --load: exit %d\n%s", code, lastLines(out, 60))
+		}
+		if !strings.Contains(out, "step 10 loss") || !strings.Contains(out, "step 19 loss") {
+			t.Fatalf("the loaded job did not continue at step 10:\n%s", lastLines(out, 30))
+		}
+		// The two runs' losses together are the reference's 20.
+		var a, b map[string]any
+		readJSON(t, filepath.Join(first, "run.json"), &a)
+		readJSON(t, filepath.Join(second, "run.json"), &b)
+		b["losses"] = append(a["losses"].([]any), b["losses"].([]any)...)
+		data, _ := json.Marshal(b)
+		if err := os.WriteFile(filepath.Join(second, "run.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		compareGPT(t, second, env, "run.npz", filepath.Join(ref, "ref.npz"))
+	})
+	// A wrong -np stops every rank with the command that starts the job.
+	t.Run("wrong-np", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, generateGPT(t, gptCase{t: 2, p: 1, d: 1, m: 1, sched: spec.OneFOneB}))
+		out, code := run(t, dir, 2*time.Minute, env, hvdrun, "-np", "3", python, "train.py", "--steps", "1")
+		want := "this job was generated for 2 tensor x 1 stages x 1 replicas = 2 ranks, but the launcher started 3"
+		if code == 0 || !strings.Contains(out, want) || strings.Contains(out, "step 0 loss") {
+			t.Fatalf("exit %d, want %q and no training:\n%s", code, want, lastLines(out, 30))
+		}
+	})
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func compareGPT(t *testing.T, dir string, env []string, got, want string) {
+	t.Helper()
+	out, code := run(t, dir, time.Minute, env, python, "compare.py", got, want, "--rtol", "1e-10")
+	if code != 0 || !strings.Contains(out, "matches the single-process reference") {
+		t.Fatalf("the split job differs from the reference (exit %d):\n%s", code, out)
+	}
+	if !strings.Contains(out, "68 parameters, 20 steps") && !strings.Contains(out, "69 parameters, 20 steps") {
+		t.Fatalf("compared the wrong things:\n%s", out)
+	}
+	t.Log(strings.TrimSpace(lastLines(out, 2)))
+}
