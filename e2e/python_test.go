@@ -245,6 +245,21 @@ func TestPythonOptimizerAdditions(t *testing.T) {
 	}
 }
 
+// hvd.torch.ShardedOptimizer (ZeRO stages 1 and 2) against the plain
+// DistributedOptimizer, and hvd.torch.checkpoint saved at one data- and
+// tensor-parallel layout and resumed at others (python/tests/test_zero.py;
+// dynamic mode: the suite registers each layout's sets).
+func TestPythonZero(t *testing.T) {
+	pkg := pythonPackage(t)
+	for _, np := range []int{2, 3, 4} {
+		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+			out, code := hvdrun(t, 3*time.Minute, pyEnv(pkg, "HVD_TEST_DYNAMIC=1"), append(args, "../python/tests/test_zero.py")...)
+			checkPytest(t, out, code, np)
+		})
+	}
+}
+
 // CUDA tensors take the host-staged path (pinned host copies, the CPU
 // planes, results back on the device) when NCCL is absent: checked with a
 // CUDA stand-in whose data_ptr() raises, so only a staged op can pass. Real

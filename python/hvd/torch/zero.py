@@ -188,6 +188,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._flat = []  # the flat buffers, one per (group, dtype, device)
         self._build_buckets()
         self._bucket_of = {p: b for b in self.buckets for p in b.params}
+        self._offset = {p: off for b in self.buckets for p, off in zip(b.params, b.offsets)}
         inner_groups, self._inner_of = [], []
         for gi, g in enumerate(self.param_groups):
             shards = [b.shard for b in self.buckets if b.group == gi]
@@ -477,6 +478,20 @@ class ShardedOptimizer(torch.optim.Optimizer):
         for g, saved in zip(self.param_groups, state_dict['param_groups']):
             g.update(saved)
         self._end_step()
+
+    def owned_range(self, p):
+        """None for a parameter this optimizer does not manage; else
+        (a, b, slice, s): this rank's slice holds p's flattened elements
+        [a, b) (empty when a == b) at slice[s:s + b - a]; slice is a
+        parameter of the inner optimizer (its state is keyed by it)."""
+        b = self._bucket_of.get(p)
+        if b is None:
+            return None
+        off = self._offset[p]
+        a, e = max(off, b.lo), min(off + p.numel(), b.lo + b.part)
+        if a >= e:
+            return 0, 0, b.shard, 0
+        return a - off, e - off, b.shard, a - b.lo
 
     def state_bytes(self):
         """Bytes of the inner optimizer's state tensors on this rank."""
