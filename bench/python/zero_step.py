@@ -1,0 +1,150 @@
+"""Sharded optimizer state: the same model (an MLP of ~20 M float32
+parameters) on the same data with AdamW, in the same processes, one variant
+after the other:
+
+  zro-ddp   torch.distributed.optim.ZeroRedundancyOptimizer + DDP (gloo)
+  hvd-z1    hvd.ShardedOptimizer stage 1
+  hvd-z2    hvd.ShardedOptimizer stage 2
+  hvd-plain hvd.DistributedOptimizer (every rank holds the whole state)
+
+Per variant: the median step time, the optimizer state bytes this rank
+holds (the tensors of the optimizer's state), and the peak RSS of the
+variant (VmHWM, reset through /proc/self/clear_refs before it starts, so
+each variant's peak is its own: the model, gradients, state and
+communication buffers). Every variant takes the same steps from the same
+parameters: the final parameters are compared with hvd-plain's in the same
+run. Run under hvdrun with the bench lock:
+
+  flock /tmp/hvd-bench.lock env PYTHONPATH=build/python bin/hvdrun -np 2 \\
+      /usr/bin/python3 bench/python/zero_step.py
+"""
+import argparse
+import copy
+import gc
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+import hvd.torch as hvd
+
+p = argparse.ArgumentParser()
+p.add_argument('--hidden', type=int, default=2048, help='2048: ~21 M parameters (5 layers)')
+p.add_argument('--layers', type=int, default=5)
+p.add_argument('--batch', type=int, default=32)
+p.add_argument('--steps', type=int, default=10)
+p.add_argument('--warmup', type=int, default=3)
+p.add_argument('--variants', default='zro-ddp,hvd-z1,hvd-z2,hvd-plain')
+args = p.parse_args()
+
+torch.set_num_threads(1)
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+port = int(os.environ.get('HVD_BENCH_DDP_PORT', '29534'))
+dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % port, rank=rank, world_size=size)
+
+
+def make_model():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(args.layers - 1):
+        layers += [torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(args.hidden, 16))
+    return torch.nn.Sequential(*layers)
+
+
+g = torch.Generator().manual_seed(rank)
+data = [(torch.randn(args.batch, args.hidden, generator=g), torch.randint(0, 16, (args.batch,), generator=g))
+        for _ in range(4)]
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
+
+
+def build(kind):
+    m = make_model()
+    if kind == 'zro-ddp':
+        ddp = torch.nn.parallel.DistributedDataParallel(m)
+        return ddp, m, ZeroRedundancyOptimizer(m.parameters(), optimizer_class=torch.optim.AdamW, lr=1e-4,
+                                               weight_decay=0.01)
+    if kind == 'hvd-plain':
+        return m, m, hvd.DistributedOptimizer(adamw(m.parameters()), named_parameters=m.named_parameters())
+    stage = 1 if kind == 'hvd-z1' else 2
+    return m, m, hvd.ShardedOptimizer(adamw(m.parameters()), named_parameters=m.named_parameters(), stage=stage)
+
+
+def state_bytes(opt):
+    inner = getattr(opt, 'optimizer', None) if isinstance(opt, hvd.ShardedOptimizer) else \
+        getattr(opt, 'optim', opt)
+    return sum(v.numel() * v.element_size() for s in inner.state.values() for v in s.values() if torch.is_tensor(v))
+
+
+def status_kib(field):
+    with open('/proc/self/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_peak():
+    gc.collect()
+    try:
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')  # resets VmHWM to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def step(model, opt, batch):
+    x, y = batch
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+
+
+results, finals = {}, {}
+nparams = sum(q.numel() for q in make_model().parameters())
+for kind in args.variants.split(','):
+    ok = reset_peak()
+    rss0 = status_kib('VmRSS')
+    model, inner_model, opt = build(kind)
+    for i in range(args.warmup):
+        step(model, opt, data[i % len(data)])
+    hvd.barrier()
+    times = []
+    for i in range(args.steps):
+        t0 = time.perf_counter()
+        step(model, opt, data[i % len(data)])
+        times.append(time.perf_counter() - t0)
+    results[kind] = (statistics.median(times), state_bytes(opt), status_kib('VmHWM') if ok else None, rss0)
+    finals[kind] = torch.cat([q.detach().reshape(-1) for q in inner_model.parameters()]).clone()
+    del model, inner_model, opt
+    gc.collect()
+    hvd.barrier()
+
+rows = hvd.allgather_object(results, name='zero_step.results')
+if rank == 0:
+    ref = finals.get('hvd-plain')
+    print('# np=%d params=%d (%.1f MB float32) hidden=%d layers=%d batch=%d steps=%d (median), AdamW' %
+          (size, nparams, nparams * 4 / 1e6, args.hidden, args.layers, args.batch, args.steps))
+    print('%-10s %12s %16s %22s %14s %22s' % ('variant', 'step ms', 'state MB/rank', 'peak RSS MB per rank',
+                                              'state/plain', 'max |param - plain|'))
+    plain_state = rows[0].get('hvd-plain', (0, 0))[1]
+    for kind in args.variants.split(','):
+        med = statistics.median(r[kind][0] for r in rows) * 1e3
+        st = max(r[kind][1] for r in rows) / 1e6
+        peaks = ' '.join('%.0f' % (r[kind][2] / 1024) if r[kind][2] else '-' for r in rows)
+        ratio = '%.3f' % (max(r[kind][1] for r in rows) / plain_state) if plain_state else '-'
+        diff = '%.2e' % (finals[kind] - ref).abs().max().item() if ref is not None else '-'
+        print('%-10s %12.1f %16.1f %22s %14s %22s' % (kind, med, st, peaks, ratio, diff))
+    print('# peak RSS: VmHWM of the variant alone (reset before it); the process baseline before building the '
+          'model was %s MB' % ' '.join('%.0f' % (r[next(iter(r))][3] / 1024) for r in rows))
+dist.destroy_process_group()
+hvd.shutdown()
