@@ -149,10 +149,11 @@ func TestInstallIntoVirtualenv(t *testing.T) {
 	}
 }
 
-// The PyTorch scaffold runs as printed: hvdgen plugin install pytorch into
-// the active virtualenv (python3 on PATH), hvdgen init, make run — with no
-// HVDRUN or PYTHON given: the Makefile finds the hvdrun that plugin install
-// put into the venv's bin/.
+// The PyTorch scaffold runs as printed: hvdgen init names the interpreter
+// of the active virtualenv (issue 30: it said python3 and left the choice
+// to PATH), then the two printed commands, hvdgen plugin install --python
+// <it> pytorch and make run PYTHON=<it>, train with no HVDRUN given: the
+// Makefile finds the hvdrun that plugin install put into the venv's bin/.
 func TestInitPyTorchRunsAsPrinted(t *testing.T) {
 	needTorch(t)
 	lib, hvdrun := realBuild(t)
@@ -164,22 +165,25 @@ func TestInitPyTorchRunsAsPrinted(t *testing.T) {
 	env := []string{"PATH=" + filepath.Join(venv, "bin") + ":" + os.Getenv("PATH"), "VIRTUAL_ENV=" + venv, "PYTHONPATH=", "PYTHONDONTWRITEBYTECODE=1"}
 	dir := filepath.Join(t.TempDir(), "torchproj")
 	out, err := cmdOut(t, time.Minute, "", env, hvdgen, "-q", "init", "--framework", "pytorch", dir)
-	if err != nil || !strings.Contains(out, "next: hvdgen plugin install pytorch") || !strings.Contains(out, "cd "+dir+" && make run") {
+	py := filepath.Join(venv, "bin", "python")
+	install := "next: hvdgen plugin install --python " + py + " pytorch   (once per Python environment)\n"
+	runLine := "      cd " + dir + " && make run PYTHON=" + py + "   (hvdrun -np 2 " + py + " train.py)\n"
+	if err != nil || !strings.Contains(out, install) || !strings.Contains(out, runLine) {
 		t.Fatalf("init: %v\n%s", err, out)
 	}
 	if out, err := cmdOut(t, 2*time.Minute, "", env, hvdgen, "-q", "plugin", "install", "--plugin-dir", pluginDirForTests,
-		"--lib", lib, "--hvdrun", hvdrun, "pytorch"); err != nil {
+		"--lib", lib, "--hvdrun", hvdrun, "--python", py, "pytorch"); err != nil {
 		t.Fatalf("plugin install: %v\n%s", err, out)
 	}
 	if _, err := os.Stat(filepath.Join(venv, "bin", "hvdrun")); err != nil {
 		t.Fatalf("plugin install did not put hvdrun into the venv: %v", err)
 	}
-	out, err = cmdOut(t, 4*time.Minute, dir, env, "make", "run")
+	out, err = cmdOut(t, 4*time.Minute, dir, env, "make", "run", "PYTHON="+py)
 	if err != nil {
 		t.Fatalf("make run: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, filepath.Join(venv, "bin", "hvdrun")+" -np 2 python3 train.py") {
-		t.Errorf("make run did not use the venv's hvdrun:\n%s", out)
+	if !strings.Contains(out, filepath.Join(venv, "bin", "hvdrun")+" -np 2 "+py+" train.py") {
+		t.Errorf("make run did not use the venv's hvdrun and python:\n%s", out)
 	}
 	checkTrained(t, out, `epoch (\d+)  loss ([0-9.]+)`, "parameters identical on all 2 ranks")
 }

@@ -76,10 +76,8 @@ func genSplit(cCtx *cli.Context, s *spec.Spec, path string, data []byte) error {
 	if !slices.Contains(d.GenerateKinds, plugin.KindSplit) {
 		return fmt.Errorf("%s %s does not generate split code (it answers %v); rebuild the plugins (make plugins)", plugin.BinaryName(fw), d.PluginVersion, d.GenerateKinds)
 	}
-	py := cCtx.String("python")
-	if py == "" {
-		py = "python3"
-	}
+	pyChoice := choosePython(cCtx, pyModule(fw))
+	py := pyChoice.Python
 	if g := s.Model.GPT; g != nil {
 		progress(cCtx, "split: GPT of %d blocks, %d tensor × %d stages × %d replicas", g.Blocks, s.Parallel.Tensor, s.Parallel.Stages, s.Parallel.DataParallel)
 	} else if f := s.Model.Factory; f != "" {
@@ -110,6 +108,9 @@ func genSplit(cCtx *cli.Context, s *spec.Spec, path string, data []byte) error {
 	}
 	if set.Summary != "" {
 		fmt.Fprintf(out(cCtx), "\n%s", strings.TrimRight(set.Summary, "\n")+"\n")
+	}
+	if !cCtx.Bool("dry-run") && s.Parallel != nil {
+		printSplitNext(cCtx, pyChoice, s.Parallel.Ranks(), outDir)
 	}
 	return nil
 }

@@ -41,6 +41,7 @@ Examples:
 			&cli.StringFlag{Name: "name", Usage: "project name (default: the directory's name)", EnvVars: []string{"HVDGEN_NAME"}},
 			&cli.StringFlag{Name: "hvd-replace", Usage: "Go projects: a local hvd checkout for a replace directive in go.mod", EnvVars: []string{"HVDGEN_HVD_REPLACE"}},
 			&cli.BoolFlag{Name: "force", Usage: "overwrite existing files", EnvVars: []string{"HVDGEN_FORCE"}},
+			&cli.StringFlag{Name: "python", Usage: "the Python interpreter the printed next steps use (default: the active venv's, else the first python3 that imports the framework)", EnvVars: []string{"HVDGEN_PYTHON"}},
 			dryRunFlag(),
 		},
 		BashComplete: func(cCtx *cli.Context) {
@@ -138,8 +139,16 @@ func runInit(cCtx *cli.Context) error {
 	case "go":
 		fmt.Fprintf(w, "next: cd %s && make run   (go mod tidy, go build, hvdrun -np 2 bin/train)\n", dir)
 	default:
-		fmt.Fprintf(w, "next: hvdgen plugin install %s   (once per Python environment; --python PATH for another than python3)\n", opts.Framework)
-		fmt.Fprintf(w, "      cd %s && make run   (hvdrun -np 2 python3 train.py; make run PYTHON=PATH likewise)\n", dir)
+		// The interpreter the user evidently means (pyfind's order), printed
+		// with why, so that the two commands below work as printed.
+		c := choosePython(cCtx, pyModule(opts.Framework))
+		py := shellQuote(c.Python)
+		if !c.OK {
+			fmt.Fprintf(w, "note: %s\n", c.Why)
+			py = "PYTHON"
+		}
+		fmt.Fprintf(w, "next: hvdgen plugin install --python %s %s   (once per Python environment)\n", py, opts.Framework)
+		fmt.Fprintf(w, "      cd %s && make run PYTHON=%s   (hvdrun -np 2 %s train.py)\n", shellQuote(dir), py, py)
 	}
 	return nil
 }

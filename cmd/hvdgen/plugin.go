@@ -29,8 +29,11 @@ to itself or in --plugin-dir, checks them against SHA256SUMS there, and installs
 the package, libhvd.so and the plugin into one environment's site-packages with
 a dist-info, so that pip list / pip uninstall hvd see it.
 
-The environment is the interpreter's (--python, default python3 on PATH) or a
-directory (--target).`,
+The environment is the interpreter's or a directory (--target). The interpreter:
+--python (or HVDGEN_PYTHON, HVD_PYTHON), else the active virtual environment's
+($VIRTUAL_ENV), else the one hvdgen is installed next to, else the first of
+python3 on PATH and /usr/bin/python3 that imports the framework (install) or hvd
+(list, verify, uninstall). hvdgen prints which one it uses and why.`,
 		Subcommands: []*cli.Command{
 			pluginInstallCommand(),
 			pluginListCommand(),
@@ -45,7 +48,7 @@ directory (--target).`,
 func pythonFlag() cli.Flag {
 	return &cli.StringFlag{
 		Name:    "python",
-		Usage:   "the Python interpreter whose environment to use (default: python3 on PATH)",
+		Usage:   "the Python interpreter whose environment to use (default: the active venv's, else the first python3 that imports what is needed)",
 		EnvVars: []string{"HVDGEN_PYTHON"},
 	}
 }
@@ -94,8 +97,8 @@ func pluginDir(cCtx *cli.Context) (string, error) {
 type environment struct {
 	site   string
 	python *pyinstall.Python // nil with --target
-	// pythonPath is the interpreter to probe: --python, or python3 without
-	// --target; "" with --target and no --python.
+	// pythonPath is the interpreter to probe: --python, or the chosen one
+	// without --target; "" with --target and no --python.
 	pythonPath string
 	// scripts is where executables go: the interpreter's bin/
 	// (sysconfig's scripts), or DIR/bin with --target (as pip --target).
@@ -109,7 +112,10 @@ func (e *environment) String() string {
 	return e.site
 }
 
-func resolveEnv(ctx context.Context, cCtx *cli.Context) (*environment, error) {
+// resolveEnv finds the environment a plugin command works on: --target, or
+// the interpreter choosePython picks for module (the framework's module for
+// install, hvd for the others).
+func resolveEnv(ctx context.Context, cCtx *cli.Context, module string) (*environment, error) {
 	py, target := cCtx.String("python"), cCtx.String("target")
 	if target != "" {
 		abs, err := filepath.Abs(target)
@@ -118,9 +124,11 @@ func resolveEnv(ctx context.Context, cCtx *cli.Context) (*environment, error) {
 		}
 		return &environment{site: abs, pythonPath: py, scripts: filepath.Join(abs, "bin")}, nil
 	}
-	if py == "" {
-		py = "python3"
+	choice := choosePython(cCtx, module)
+	if !choice.OK && module != "hvd" {
+		return nil, fmt.Errorf("%w: %s", plugin.ErrNotImportable, choice.Why)
 	}
+	py = choice.Python
 	progress(cCtx, "asking %s for its site-packages", py)
 	info, err := pyinstall.QueryPython(ctx, py)
 	if err != nil {

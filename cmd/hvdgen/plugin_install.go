@@ -49,7 +49,7 @@ Examples:
 			&cli.BoolFlag{Name: "force", Usage: "replace an hvd that hvdgen did not install", EnvVars: []string{"HVDGEN_FORCE"}},
 			&cli.StringFlag{Name: "hvdrun", Usage: "the hvdrun to install into the environment's bin/ (default: hvdrun in the plugin directory, checked against SHA256SUMS)", EnvVars: []string{"HVDGEN_HVDRUN"}},
 			&cli.BoolFlag{Name: "no-hvdrun", Usage: "do not install hvdrun (nor horovodrun)", EnvVars: []string{"HVDGEN_NO_HVDRUN"}},
-			&cli.BoolFlag{Name: "provide-horovod", Usage: "also install a horovod package whose modules are hvd's, and horovodrun, so unmodified Horovod scripts run", EnvVars: []string{"HVDGEN_PROVIDE_HOROVOD"}},
+			&cli.BoolFlag{Name: "provide-horovod", Usage: "also install a horovod package whose modules are hvd's, and horovodrun, so unmodified Horovod scripts run (a reinstall keeps one installed earlier; --provide-horovod=false removes it)", EnvVars: []string{"HVDGEN_PROVIDE_HOROVOD"}},
 		},
 		BashComplete: completeFrameworks,
 		Action:       runPluginInstall,
@@ -72,11 +72,19 @@ func runPluginInstall(cCtx *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	env, err := resolveEnv(ctx, cCtx)
+	env, err := resolveEnv(ctx, cCtx, pyModule(fw))
 	if err != nil {
 		return err
 	}
 	provide := cCtx.Bool("provide-horovod")
+	// A reinstall (another framework, a newer hvd) keeps the horovod package
+	// an earlier --provide-horovod put there unless told otherwise.
+	kept := false
+	if !cCtx.IsSet("provide-horovod") {
+		if b, err := os.ReadFile(filepath.Join(env.site, pyinstall.ShimPackage, "__init__.py")); err == nil && pyinstall.IsShim(b) {
+			provide, kept = true, true
+		}
+	}
 	if provide && env.pythonPath != "" {
 		progress(cCtx, "looking for a horovod in %s", env.pythonPath)
 		h, err := pyinstall.FindHorovod(ctx, env.pythonPath)
@@ -154,7 +162,7 @@ func runPluginInstall(cCtx *cli.Context) error {
 	}
 	for _, st := range plan.Steps {
 		if st.Action == pyinstall.Remove && st.Path == pyinstall.ShimPackage+"/__init__.py" {
-			fmt.Fprintf(out(cCtx), "removing the horovod package of the earlier installation (install with --provide-horovod to keep it)\n")
+			fmt.Fprintf(out(cCtx), "removing the horovod package of the earlier installation (--provide-horovod=false; install with --provide-horovod to put it back)\n")
 		}
 	}
 	if len(plan.Dropped) > 0 {
@@ -174,7 +182,10 @@ func runPluginInstall(cCtx *cli.Context) error {
 	if hvdrun != nil {
 		fmt.Fprintf(out(cCtx), "installed %s (from %s) into %s\n", strings.Join(scriptNames(in.Scripts), " and "), hvdrunPath, env.scripts)
 	}
-	if provide {
+	switch {
+	case kept:
+		fmt.Fprintf(out(cCtx), "kept the horovod package of the earlier installation: import horovod.%s is hvd.%s (--provide-horovod=false removes it)\n", pyModule(fw), pyModule(fw))
+	case provide:
 		fmt.Fprintf(out(cCtx), "installed horovod: import horovod.%s is hvd.%s (remove with hvdgen plugin uninstall or pip uninstall hvd)\n", pyModule(fw), pyModule(fw))
 	}
 	return nil

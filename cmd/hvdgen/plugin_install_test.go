@@ -236,10 +236,26 @@ func TestInstallProvideHorovod(t *testing.T) {
 	if out, _, code := run(t, "plugin", "verify", "--target", site); code != 0 {
 		t.Fatalf("verify: %d %s", code, out)
 	}
-	// Again without the flag: the shim goes, and the command says so.
+	// Again without the flag (another framework, a newer hvd): the shim
+	// installed earlier is kept, and the command says so (issue 30: it was
+	// removed).
 	out, _, code = run(t, installArgs(site, "pytorch")...)
-	if code != 0 || !strings.Contains(out, "removing the horovod package") {
+	if code != 0 || !strings.Contains(out, "kept the horovod package of the earlier installation: import horovod.torch is hvd.torch (--provide-horovod=false removes it)") ||
+		strings.Contains(out, "removing the horovod package") {
 		t.Fatalf("reinstall without --provide-horovod: %d\n%s", code, out)
+	}
+	for _, p := range []string{"horovod/__init__.py", "bin/horovodrun"} {
+		if _, err := os.Stat(filepath.Join(site, p)); err != nil {
+			t.Errorf("%s not kept: %v", p, err)
+		}
+	}
+	if out, _, code := run(t, "plugin", "verify", "--target", site); code != 0 {
+		t.Fatalf("verify after the reinstall: %d %s", code, out)
+	}
+	// Asked: --provide-horovod=false removes it, and says so.
+	out, _, code = run(t, installArgs(site, "--provide-horovod=false", "pytorch")...)
+	if code != 0 || !strings.Contains(out, "removing the horovod package of the earlier installation (--provide-horovod=false") {
+		t.Fatalf("reinstall with --provide-horovod=false: %d\n%s", code, out)
 	}
 	for _, p := range []string{"horovod", "bin/horovodrun"} {
 		if _, err := os.Stat(filepath.Join(site, p)); err == nil {

@@ -39,7 +39,7 @@ func runPluginList(cCtx *cli.Context) error {
 	ctx, cancel := context.WithTimeout(cCtx.Context, cCtx.Duration("timeout"))
 	defer cancel()
 	w := out(cCtx)
-	env, err := resolveEnv(ctx, cCtx)
+	env, err := resolveEnv(ctx, cCtx, "hvd")
 	if err != nil {
 		return err
 	}

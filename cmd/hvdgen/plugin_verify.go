@@ -29,7 +29,7 @@ func runPluginVerify(cCtx *cli.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(cCtx.Context, cCtx.Duration("timeout"))
 	defer cancel()
-	env, err := resolveEnv(ctx, cCtx)
+	env, err := resolveEnv(ctx, cCtx, "hvd")
 	if err != nil {
 		return err
 	}

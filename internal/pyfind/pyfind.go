@@ -170,7 +170,11 @@ func (f *Finder) Choose(flagValue, flagWhy, module string) Choice {
 			}
 			return c
 		}
-		lacks = append(lacks, fmt.Sprintf("%s, %s, cannot: %v", c.Why, c.Python, err))
+		name := c.Why
+		if c.Python != c.Why {
+			name += ", " + c.Python + ","
+		}
+		lacks = append(lacks, fmt.Sprintf("%s cannot: %v", name, err))
 	}
 	c := cands[0]
 	c.Why = fmt.Sprintf("no python3 found imports %s: %s; install it there, or pass the interpreter that has it with --python or HVD_PYTHON", module, strings.Join(lacks, "; "))

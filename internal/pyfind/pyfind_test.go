@@ -82,7 +82,7 @@ func TestChooseOrder(t *testing.T) {
 			want: "/pyenv/shims/python3", wantWhy: "python3 on PATH, which imports torch", wantOK: true},
 		{name: "none imports", files: both, exe: "/repo/bin/hvdgen", module: "tensorflow",
 			want: "/pyenv/shims/python3", wantOK: false,
-			wantLack: "no python3 found imports tensorflow: python3 on PATH, /pyenv/shims/python3, cannot: no module named 'tensorflow'; /usr/bin/python3, /usr/bin/python3, cannot: no module named 'tensorflow'; install it there, or pass"},
+			wantLack: "no python3 found imports tensorflow: python3 on PATH, /pyenv/shims/python3, cannot: no module named 'tensorflow'; /usr/bin/python3 cannot: no module named 'tensorflow'; install it there, or pass"},
 		{name: "no module needed", files: both, module: "",
 			want: "/pyenv/shims/python3", wantWhy: "python3 on PATH", wantOK: true},
 		{name: "no python at all", files: fakeFS{}, module: "torch",
