@@ -208,8 +208,10 @@ func NewWorker(cfg Config) (*Worker, error) {
 	}
 	k.logf = cfg.Logf
 	if k.logf == nil {
+		// No "[<worker id>] " of its own: hvdrun's elastic driver, which
+		// starts every elastic worker, prefixes each output line with it.
 		k.logf = func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, "[%s] "+format+"\n", append([]any{wid}, args...)...)
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
 		}
 	}
 	if k.store == nil {
@@ -402,7 +404,7 @@ func (k *Worker) reportFailure(ctx context.Context) {
 		return
 	}
 	if wid != "" {
-		k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %v", wid, culprit, k.epoch, ElasticScope+"/"+key, why)
+		k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %s", wid, culprit, k.epoch, ElasticScope+"/"+key, unprefixed(why))
 	}
 }
 

@@ -226,6 +226,7 @@ func TestElasticBlacklistCooldown(t *testing.T) {
 	r.checkWorld(1, "localhost:0", "127.0.0.1:0")
 	r.checkWorld(2, "localhost:0 127.0.0.1:0", "")
 	mustContain(t, "stderr", r.stderr.String(), "hvdrun: elastic: blacklisting host 127.0.0.1 for 2s\n",
+		"hvdrun: elastic: world 1: 1 worker on localhost:1\n", // not "1 workers"
 		"hvdrun: elastic: world 2: 2 workers on localhost:1,127.0.0.1:1; started 127.0.0.1:0\n")
 	r.finish()
 }
