@@ -324,7 +324,7 @@ class RowParallelLinear(nn.Module):
             self.input_is_parallel)
 
 
-def _check_ids(what, ids, num, index=None):
+def _check_ids(what, ids, num):
     if ids.dtype not in (torch.int64, torch.int32):
         raise ValueError('%s: ids must be int64 or int32, not %s' % (what, ids.dtype))
     if ids.numel():
