@@ -84,6 +84,9 @@ func Marshal(s *Spec) ([]byte, error) {
 			}
 			add(n, "input_shape", shape, "The shape of one input sample, without the batch dimension.")
 		}
+		if m.InputDType != "" {
+			add(n, "input_dtype", strNode(m.InputDType), "The input's element type (int64: ids, e.g. tokens for a first nn.Embedding).")
+		}
 		add(root, "model", n, "The model the split generator cuts into pipeline stages.")
 	}
 	if t := s.Train; t != nil {

@@ -315,6 +315,9 @@ func (p *parser) number(n *yaml.Node, path, want string) (float64, bool) {
 	return v, true
 }
 
+// wantInputDType describes model.input_dtype in messages.
+const wantInputDType = "the input's element type: float32, float64, int32 or int64 (ids, e.g. tokens for a first nn.Embedding)"
+
 // Descriptions of what each key holds, used in messages.
 const (
 	wantRoot      = "a mapping with version, project and framework"
@@ -325,7 +328,7 @@ const (
 	wantGo        = "a mapping with package and output"
 	wantGoPackage = "a Go package pattern such as ./... or ./model"
 	wantGoOutput  = "a Go file name such as " + DefaultGoOutput
-	wantModel     = "a mapping with layers (a list), factory (module:function) or gpt (a transformer), and optional input_shape"
+	wantModel     = "a mapping with layers (a list), factory (module:function) or gpt (a transformer), and optional input_shape and input_dtype"
 	wantGPT       = "a mapping with vocab, seq_len, hidden, heads, blocks and optional ffn and tied"
 	wantBool      = "true or false"
 	wantZero      = "0, 1 or 2 (0: no sharding, 1: optimizer state, 2: optimizer state and gradients)"
@@ -399,6 +402,7 @@ func (p *parser) top(root *yaml.Node) bool {
 				{"layers", false, wantLayers, func(n *yaml.Node, path string) { m.Layers = p.layers(n, path) }},
 				{"factory", false, wantFactory, func(n *yaml.Node, path string) { m.Factory, _ = p.str(n, path, wantFactory) }},
 				{"input_shape", false, wantShape, func(n *yaml.Node, path string) { m.InputShape = p.shape(n, path) }},
+				{"input_dtype", false, wantInputDType, func(n *yaml.Node, path string) { m.InputDType, _ = p.str(n, path, wantInputDType) }},
 				{"gpt", false, wantGPT, func(n *yaml.Node, path string) { m.GPT = p.gpt(n, path) }},
 			}) {
 				s.Model = m

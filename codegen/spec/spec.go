@@ -131,7 +131,19 @@ type Model struct {
 	// in_features gives it; declared layers may give it to fix the shapes
 	// the generated code and the partitioner's activation sizes use.
 	InputShape []int
+	// InputDType is the element type of the model's input (one of
+	// InputDTypes; "" when not given: floating point, in the job's
+	// dtype). An integer type says the input is ids (token ids for a first
+	// nn.Embedding): a factory's inspection feeds ids, and the generated job
+	// keeps them integers. Layers and factory models only.
+	InputDType string
 }
+
+// InputDTypes lists the values model.input_dtype may take.
+var InputDTypes = []string{"float32", "float64", "int32", "int64"}
+
+// IntegerInput reports whether the model's input is integer ids.
+func (m *Model) IntegerInput() bool { return m.InputDType == "int32" || m.InputDType == "int64" }
 
 // GPT is model.gpt: token and position embeddings, Blocks blocks of
 // causal self-attention and MLP (LayerNorm before each, residuals), a

@@ -216,6 +216,7 @@ func (c *checker) model() {
 		c.errf("model.layers", "expected at least one layer")
 	}
 	c.inputShape(m.InputShape)
+	c.inputDType(m)
 	for i, l := range m.Layers {
 		lp := fmt.Sprintf("model.layers[%d]", i)
 		if c.s.bad[lp] {
@@ -308,6 +309,22 @@ func (c *checker) inputShape(shape []int) {
 	}
 	if ok && elems > MaxInputElems {
 		c.errf(path, "%v is more than %d elements per sample", shape, MaxInputElems)
+	}
+}
+
+// inputDType checks model.input_dtype: one of InputDTypes, for a layers
+// or factory model (a gpt takes token ids by definition).
+func (c *checker) inputDType(m *Model) {
+	const path = "model.input_dtype"
+	_, given := c.s.pos[path]
+	if !given && m.InputDType == "" || c.s.bad[path] {
+		return
+	}
+	switch {
+	case !slices.Contains(InputDTypes, m.InputDType):
+		c.errf(path, "expected %s, got %q", wantInputDType, m.InputDType)
+	case m.GPT != nil:
+		c.errf(path, "model.input_dtype is for layers and factory models; a gpt model takes int64 token ids")
 	}
 }
 
@@ -432,8 +449,8 @@ func (c *checker) parallel() {
 	}
 }
 
-// train checks the train section: functions as module:function, and a
-// model that uses them.
+// train checks the train section: functions as module:function. (The
+// split generator says which frameworks use them.)
 func (c *checker) train() {
 	t := c.s.Train
 	if t == nil || c.s.bad["train"] {
@@ -443,8 +460,5 @@ func (c *checker) train() {
 		if _, given := c.s.pos[f.path]; (given || f.v != "") && !factoryRE.MatchString(f.v) {
 			c.errf(f.path, "expected %s, got %q", wantFunction, f.v)
 		}
-	}
-	if m := c.s.Model; (t.Data != "" || t.Loss != "") && (m == nil || m.GPT == nil) {
-		c.errf("train", "train.data and train.loss are used by the transformer split (model.gpt) only, so far")
 	}
 }
