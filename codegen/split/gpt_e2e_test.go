@@ -1,12 +1,18 @@
 package split
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,6 +178,60 @@ func TestGPTEndToEnd(t *testing.T) {
 		}
 		compareGPT(t, second, env, "run.npz", filepath.Join(ref, "ref.npz"))
 	})
+	// A rank dies (kill -9) after the checkpoint of step 10 of a 2x1x2 job
+	// that checkpoints every 10 steps: hvdrun stops the job; it restarts
+	// from that checkpoint at another layout (1x2x2) and ends where the
+	// reference's 20 steps end.
+	t.Run("rank-dies-restart-at-new-layout", func(t *testing.T) {
+		ref := gptReference(t, env, false)
+		dir := t.TempDir()
+		first, second := filepath.Join(dir, "a"), filepath.Join(dir, "b")
+		writeFiles(t, first, generateGPT(t, gptCase{t: 2, p: 1, d: 2, m: 2, sched: spec.OneFOneB, zero: 2}))
+		writeFiles(t, second, generateGPT(t, gptCase{t: 1, p: 2, d: 2, m: 2, sched: spec.OneFOneB}))
+		ckpt := filepath.Join(dir, "ckpt")
+		out, code := runKilling(t, first, env, "checkpoint "+ckpt+": step 10", hvdrun, "-np", "4", python, "train.py",
+			"--steps", "20", "--batch-size", "8", "--dtype", "float64", "--save", ckpt, "--save-every", "10")
+		if code == 0 || strings.Contains(out, "step 19 loss") {
+			t.Fatalf("the job survived the kill (exit %d):\n%s", code, lastLines(out, 30))
+		}
+		losses := map[int]float64{}
+		for _, line := range strings.Split(out, "\n") {
+			var step int
+			var loss float64
+			if i := strings.Index(line, "step "); i >= 0 {
+				if n, _ := fmt.Sscanf(line[i:], "step %d loss %g", &step, &loss); n == 2 {
+					losses[step] = loss
+				}
+			}
+		}
+		out, code = run(t, second, 5*time.Minute, env, hvdrun, "-np", "4", python, "train.py", "--steps", "10",
+			"--batch-size", "8", "--dtype", "float64", "--load", ckpt, "--dump", "run.npz")
+		if code != 0 || !strings.Contains(out, "step 10 loss") {
+			t.Fatalf("restart at 1x2x2 from the step-10 checkpoint: exit %d\n%s", code, lastLines(out, 40))
+		}
+		// The killed run's losses (printed to 6 decimals) are the reference's;
+		// the restarted run's (dumped) are compared exactly below, after the
+		// reference's first 10.
+		var b, r map[string]any
+		readJSON(t, filepath.Join(second, "run.json"), &b)
+		readJSON(t, filepath.Join(ref, "ref.json"), &r)
+		want := r["losses"].([]any)
+		for s := 0; s < 10; s++ {
+			l, ok := losses[s]
+			if !ok {
+				t.Fatalf("the killed run did not report step %d's loss:\n%s", s, lastLines(out, 30))
+			}
+			if w := want[s].(float64); math.Abs(l-w) > 1e-6*math.Abs(w) {
+				t.Fatalf("step %d: loss %v before the kill, reference %v", s, l, w)
+			}
+		}
+		b["losses"] = append(want[:10:10], b["losses"].([]any)...)
+		data, _ := json.Marshal(b)
+		if err := os.WriteFile(filepath.Join(second, "run.json"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		compareGPT(t, second, env, "run.npz", filepath.Join(ref, "ref.npz"))
+	})
 	// A wrong -np stops every rank with the command that starts the job.
 	t.Run("wrong-np", func(t *testing.T) {
 		dir := t.TempDir()
@@ -182,6 +242,84 @@ func TestGPTEndToEnd(t *testing.T) {
 			t.Fatalf("exit %d, want %q and no training:\n%s", code, want, lastLines(out, 30))
 		}
 	})
+}
+
+// runKilling runs the command and, once its output contains marker, kills
+// one of hvdrun's worker processes with SIGKILL; it returns the output and
+// the exit code.
+func runKilling(t *testing.T, dir string, env []string, marker, name string, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var mu sync.Mutex
+	var out bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	deadline := time.After(5 * time.Minute)
+	killed := false
+	for {
+		select {
+		case err := <-done:
+			mu.Lock()
+			defer mu.Unlock()
+			if !killed {
+				t.Fatalf("the job ended before %q appeared (%v):\n%s", marker, err, lastLines(out.String(), 30))
+			}
+			code := 0
+			if ee, ok := err.(*exec.ExitError); ok {
+				code = ee.ExitCode()
+			}
+			return out.String(), code
+		case <-deadline:
+			cmd.Process.Kill()
+			t.Fatalf("no %q within 5 minutes", marker)
+		case <-time.After(100 * time.Millisecond):
+			mu.Lock()
+			seen := strings.Contains(out.String(), marker)
+			mu.Unlock()
+			if seen && !killed {
+				kids := childrenOf(cmd.Process.Pid)
+				if len(kids) == 0 {
+					t.Fatal("hvdrun has no worker processes to kill")
+				}
+				syscall.Kill(kids[len(kids)-1], syscall.SIGKILL)
+				killed = true
+			}
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// childrenOf lists the processes whose parent is pid (from /proc).
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+		fields := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			kids = append(kids, n)
+		}
+	}
+	sort.Ints(kids)
+	return kids
 }
 
 func readJSON(t *testing.T, path string, v any) {
