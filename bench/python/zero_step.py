@@ -33,12 +33,13 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 import hvd.torch as hvd
 
 p = argparse.ArgumentParser()
-p.add_argument('--hidden', type=int, default=2048, help='2048: ~21 M parameters (5 layers)')
-p.add_argument('--layers', type=int, default=5)
+p.add_argument('--hidden', type=int, default=2048, help='2048: ~21 M parameters (6 layers)')
+p.add_argument('--layers', type=int, default=6)
 p.add_argument('--batch', type=int, default=32)
 p.add_argument('--steps', type=int, default=10)
 p.add_argument('--warmup', type=int, default=3)
 p.add_argument('--variants', default='zro-ddp,hvd-z1,hvd-z2,hvd-plain')
+p.add_argument('--rounds', type=int, default=2, help='each round builds and times every variant once')
 args = p.parse_args()
 
 torch.set_num_threads(1)
@@ -111,40 +112,46 @@ def step(model, opt, batch):
 
 results, finals = {}, {}
 nparams = sum(q.numel() for q in make_model().parameters())
-for kind in args.variants.split(','):
-    ok = reset_peak()
-    rss0 = status_kib('VmRSS')
-    model, inner_model, opt = build(kind)
-    for i in range(args.warmup):
-        step(model, opt, data[i % len(data)])
-    hvd.barrier()
-    times = []
-    for i in range(args.steps):
-        t0 = time.perf_counter()
-        step(model, opt, data[i % len(data)])
-        times.append(time.perf_counter() - t0)
-    results[kind] = (statistics.median(times), state_bytes(opt), status_kib('VmHWM') if ok else None, rss0)
-    finals[kind] = torch.cat([q.detach().reshape(-1) for q in inner_model.parameters()]).clone()
-    del model, inner_model, opt
-    gc.collect()
-    hvd.barrier()
+for rnd in range(args.rounds):
+    for kind in args.variants.split(','):
+        ok = reset_peak()
+        rss0 = status_kib('VmRSS')
+        model, inner_model, opt = build(kind)
+        for i in range(args.warmup):
+            step(model, opt, data[i % len(data)])
+        hvd.barrier()
+        times = []
+        for i in range(args.steps):
+            t0 = time.perf_counter()
+            step(model, opt, data[i % len(data)])
+            times.append(time.perf_counter() - t0)
+        peak = status_kib('VmHWM') if ok else 0
+        prev = results.get(kind, ([], 0, 0, 0))
+        # (step medians of the rounds, state bytes, peak RSS, peak growth over the RSS at the variant's start)
+        results[kind] = (prev[0] + [statistics.median(times)], state_bytes(opt), max(prev[2], peak),
+                         max(prev[3], peak - rss0))
+        finals[kind] = torch.cat([q.detach().reshape(-1) for q in inner_model.parameters()]).clone()
+        del model, inner_model, opt
+        gc.collect()
+        hvd.barrier()
 
 rows = hvd.allgather_object(results, name='zero_step.results')
 if rank == 0:
     ref = finals.get('hvd-plain')
     print('# np=%d params=%d (%.1f MB float32) hidden=%d layers=%d batch=%d steps=%d (median), AdamW' %
           (size, nparams, nparams * 4 / 1e6, args.hidden, args.layers, args.batch, args.steps))
-    print('%-10s %12s %16s %22s %14s %22s' % ('variant', 'step ms', 'state MB/rank', 'peak RSS MB per rank',
-                                              'state/plain', 'max |param - plain|'))
+    print('%-10s %18s %14s %12s %20s %22s %14s' % ('variant', 'step ms (rounds)', 'state MB/rank', 'state/plain',
+                                                    'peak RSS MB/rank', 'peak growth MB/rank', 'max|p-plain|'))
     plain_state = rows[0].get('hvd-plain', (0, 0))[1]
     for kind in args.variants.split(','):
-        med = statistics.median(r[kind][0] for r in rows) * 1e3
+        meds = ' '.join('%.0f' % (statistics.median(r[kind][0][i] for r in rows) * 1e3) for i in range(args.rounds))
         st = max(r[kind][1] for r in rows) / 1e6
-        peaks = ' '.join('%.0f' % (r[kind][2] / 1024) if r[kind][2] else '-' for r in rows)
         ratio = '%.3f' % (max(r[kind][1] for r in rows) / plain_state) if plain_state else '-'
-        diff = '%.2e' % (finals[kind] - ref).abs().max().item() if ref is not None else '-'
-        print('%-10s %12.1f %16.1f %22s %14s %22s' % (kind, med, st, peaks, ratio, diff))
-    print('# peak RSS: VmHWM of the variant alone (reset before it); the process baseline before building the '
-          'model was %s MB' % ' '.join('%.0f' % (r[next(iter(r))][3] / 1024) for r in rows))
+        peaks = ' '.join('%.0f' % (r[kind][2] / 1024) for r in rows)
+        growth = ' '.join('%.0f' % (r[kind][3] / 1024) for r in rows)
+        diff = '%.1e' % (finals[kind] - ref).abs().max().item() if ref is not None else '-'
+        print('%-10s %18s %14.1f %12s %20s %22s %14s' % (kind, meds, st, ratio, peaks, growth, diff))
+    print('# step: median over ranks of each round\'s median step; peak RSS: VmHWM while the variant ran (reset '
+          'before it, max over rounds); peak growth: that peak minus the RSS when the variant started')
 dist.destroy_process_group()
 hvd.shutdown()

@@ -417,6 +417,11 @@ def test_checkpoint_errors(ckdir):
         hvd.checkpoint.load(ckdir, Net().named_parameters(), None, data_set=g)
     m, o = fresh('zero', g)
     train(m, o, 1, 0, g)
+    partition([list(range(N - 1)), [N - 1]])
+    wrong = pset([N - 1]) if R == 0 else g  # rank 0 alone passes a set it is not in: every rank raises
+    with pytest.raises(ValueError, match='not saved: rank 0: hvd: checkpoint: data_set must be the data-parallel'):
+        hvd.checkpoint.save(ckdir, m.named_parameters(), o, data_set=wrong)
+    assert not os.path.exists(ckdir)
     hvd.checkpoint.save(ckdir, m.named_parameters(), o, data_set=g)
     big = Net().double()
     big.body[2] = torch.nn.Linear(10, 9).double()

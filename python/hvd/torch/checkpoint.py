@@ -259,7 +259,14 @@ def save(directory, named_parameters, optimizer, *, data_set, tensor_set=None, e
         process sets (tensor_set None: no tensor parallelism);
     extra: any picklable object (step counter, LR scheduler state), stored
         once and returned by load()."""
-    _check_sets(optimizer, data_set, tensor_set)
+    err = None
+    try:
+        _check_sets(optimizer, data_set, tensor_set)
+    except ValueError as e:
+        err = 'rank %d: %s' % (rank(), e)
+    errs = [e for e in allgather_object(err, name='hvd.checkpoint.save.check') if e]
+    if errs:
+        raise ValueError('hvd: checkpoint %s was not saved: %s' % (directory, '; '.join(errs)))
     directory = os.path.abspath(directory)
     named = list(named_parameters)
     token = None

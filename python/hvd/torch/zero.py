@@ -164,9 +164,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         seen = {}
         for gi, g in enumerate(groups):
             for p in g['params']:
-                if p in seen and seen[p] != gi:
+                if p in seen:
                     raise ValueError('hvd: a parameter of shape %s is in param groups %d and %d' %
-                                     (list(p.shape), seen[p], gi))
+                                     (list(p.shape), seen[p], gi) if seen[p] != gi else
+                                     'hvd: a parameter of shape %s is twice in param group %d' % (list(p.shape), gi))
                 seen[p] = gi
                 if not p.is_leaf:
                     raise ValueError('hvd: a parameter of shape %s is not a leaf tensor: ShardedOptimizer makes '
