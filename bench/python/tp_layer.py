@@ -10,8 +10,8 @@ machine (the ranks are the cores):
 
 It starts `bin/hvdrun -np 1` (dense and T=1 rows) and `bin/hvdrun -np 2`
 (the T=2 row and the allreduces alone) with --worker, checks in each run that
-the split block's output and input gradient match the dense block's, and
-prints one table. --hidden/--heads/--ffn/--batch/--seq/--iters change the
+the split block's output and input gradient match the dense block's (computed
+by the np 1 run), and prints one table. --hidden/--heads/--ffn/--batch/--seq/--iters change the
 shape (a smoke run: --hidden 64 --heads 4 --ffn 256 --batch 2 --seq 16
 --iters 3).
 """
@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -64,23 +65,29 @@ class Block(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-def median_seconds(fn, iters, warmup=2, barrier=lambda: None):
+def median_seconds(fn, iters, warmup=1, barrier=lambda: None):
+    """(wall, cpu): the medians of iters timed calls after warmup untimed
+    ones and barrier(); cpu is this process's CPU time (all its threads),
+    which other work on a busy machine does not inflate as it does wall."""
     for _ in range(warmup):
         fn()
     barrier()
-    times = []
+    wall, cpu = [], []
     for _ in range(iters):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def fwd_bwd(block, x, g):
     def step():
         block.zero_grad(set_to_none=True)
         x.grad = None
-        (block(x) * g).sum().backward()
+        y = block(x)
+        (y * g).sum().backward()
+        return y
     return step
 
 
@@ -100,13 +107,16 @@ def worker(a):
     x = torch.randn(a.batch, a.seq, a.hidden, generator=torch.Generator().manual_seed(1), requires_grad=True)
     g = torch.randn(a.batch, a.seq, a.hidden, generator=torch.Generator().manual_seed(2))
 
-    # Check: the split block gives the dense block's output and input gradient.
-    fwd_bwd(dense, x, g)()
-    want_y, want_dx = dense(x).detach(), x.grad.clone()
+    # Check: the split block gives the dense block's output and input
+    # gradient (np 1 computes them and saves them for the np 2 run).
+    if hvd.size() == 1:
+        want_y = fwd_bwd(dense, x, g)().detach()
+        torch.save((want_y, x.grad.clone()), a.reference)
+    want_y, want_dx = torch.load(a.reference)
     tp.reset_collective_stats()
-    fwd_bwd(par, x, g)()
+    y = fwd_bwd(par, x, g)().detach()
     stats = tp.collective_stats()
-    err = max((par(x).detach() - want_y).abs().max().item(), (x.grad - want_dx).abs().max().item())
+    err = max((y - want_y).abs().max().item(), (x.grad - want_dx).abs().max().item())
     if err > 1e-3:
         raise SystemExit('T=%d block differs from the dense block by %g' % (hvd.size(), err))
 
@@ -114,7 +124,6 @@ def worker(a):
     if hvd.size() == 1:
         rows.append({'what': 'dense (one process)', 't': 1, 's': median_seconds(fwd_bwd(dense, x, g), a.iters)})
     barrier = (lambda: hvd.barrier()) if hvd.size() > 1 else (lambda: None)
-    tp.reset_collective_stats()
     s = median_seconds(fwd_bwd(par, x, g), a.iters, barrier=barrier)
     rows.append({'what': 'tensor_parallel T=%d' % hvd.size(), 't': hvd.size(), 's': s,
                  'allreduces': stats['allreduce'][0], 'bytes': stats['allreduce'][1] + stats['allgather'][1],
@@ -135,23 +144,29 @@ def worker(a):
 def driver(a, argv):
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, 'build', 'python'))
     rows = []
-    for np in (1, 2):
-        cmd = [os.path.join(REPO, 'bin', 'hvdrun'), '-np', str(np), sys.executable, os.path.abspath(__file__),
-               '--worker'] + argv
-        out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = [ln for ln in out.stdout.splitlines() if 'TP_ROWS ' in ln]
-        if out.returncode != 0 or not lines:
-            sys.exit('%s failed (exit %d):\n%s' % (' '.join(cmd), out.returncode, out.stdout[-4000:]))
-        rows += json.loads(lines[0].split('TP_ROWS ', 1)[1])
-    dense = rows[0]['s']
+    with tempfile.TemporaryDirectory() as tmp:
+        ref = os.path.join(tmp, 'dense.pt')
+        for np in (1, 2):
+            cmd = [os.path.join(REPO, 'bin', 'hvdrun'), '-np', str(np), sys.executable, os.path.abspath(__file__),
+                   '--worker', '--reference', ref] + argv
+            out = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            lines = [ln for ln in out.stdout.splitlines() if 'TP_ROWS ' in ln]
+            if out.returncode != 0 or not lines:
+                sys.exit('%s failed (exit %d):\n%s' % (' '.join(cmd), out.returncode, out.stdout[-4000:]))
+            rows += json.loads(lines[0].split('TP_ROWS ', 1)[1])
+    wall, cpu = rows[0]['s']
     print('# transformer block fwd+bwd: hidden %d, heads %d, ffn %d, batch %d, seq %d, float32, 1 thread/rank, '
-          'median of %d' % (a.hidden, a.heads, a.ffn, a.batch, a.seq, a.iters))
-    print('%-28s %4s %10s %9s %11s %16s %9s' % ('what', 'T', 'ms', 'vs dense', 'allreduces', 'payload MiB/rank',
-                                                'max err'))
+          'median of %d; cpu = CPU seconds of one rank\'s process' % (a.hidden, a.heads, a.ffn, a.batch, a.seq,
+                                                                     a.iters))
+    print('%-28s %3s %10s %10s %9s %9s %10s %9s %8s' % ('what', 'T', 'wall ms', 'cpu ms', 'wall x', 'cpu x',
+                                                       'allreduces', 'MiB/rank', 'max err'))
     for r in rows:
-        print('%-28s %4d %10.2f %9.2f %11s %16s %9s' % (
-            r['what'], r['t'], r['s'] * 1e3, dense / r['s'], r.get('allreduces', ''),
+        w, c = r['s']
+        print('%-28s %3d %10.1f %10.1f %9.2f %9.2f %10s %9s %8s' % (
+            r['what'], r['t'], w * 1e3, c * 1e3, wall / w, cpu / c if c else float('nan'), r.get('allreduces', ''),
             '%.2f' % (r['bytes'] / 2**20) if 'bytes' in r else '', '%.1e' % r['err'] if 'err' in r else ''))
+    print('# wall x, cpu x: the dense row\'s time over this row\'s (speed-up); MiB/rank: payload handed to the '
+          'collectives per block fwd+bwd')
 
 
 def main():
@@ -159,11 +174,12 @@ def main():
     for name, default in (('hidden', 1024), ('heads', 16), ('ffn', 4096), ('batch', 8), ('seq', 128), ('iters', 5)):
         p.add_argument('--' + name, type=int, default=default)
     p.add_argument('--worker', action='store_true', help='(internal) run as an hvdrun rank')
+    p.add_argument('--reference', help='(internal) file of the dense output and input gradient')
     a = p.parse_args()
     if a.worker:
         worker(a)
     else:
-        driver(a, [x for x in sys.argv[1:]])
+        driver(a, sys.argv[1:])
 
 
 if __name__ == '__main__':
