@@ -31,6 +31,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -72,6 +73,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// directory and --check-build sees that package.
 	finder := pyfind.New(os.Environ())
 	finder.Environ = pyfind.WithPythonPath(finder.Environ, pyfind.CheckoutPackage(finder.Exe))
+	// A command of bare "python" or "python3" runs the interpreter the user
+	// evidently means when hvdrun knows one PATH would not give: HVD_PYTHON,
+	// the active venv's, or the venv hvdrun is installed in (not activated).
+	// hvdrun says so.
+	if len(opts.Command) > 0 && (opts.Command[0] == "python" || opts.Command[0] == "python3") {
+		c, ok := finder.Explicit("", "")
+		if !ok {
+			c, ok = finder.Environment()
+		}
+		onPath, err := finder.LookPath(opts.Command[0])
+		if ok && (err != nil || filepath.Dir(onPath) != filepath.Dir(c.Python)) { // not what PATH gives already
+			fmt.Fprintf(stderr, "hvdrun: %s is %s (%s)\n", opts.Command[0], c.Python, c.Why)
+			opts.Command[0] = c.Python
+		}
+	}
 	if opts.CheckBuild {
 		fmt.Fprint(stdout, launch.CheckBuild(context.Background(), version.Version, finder, opts.Verbose, checkBuildTimeout))
 		return 0

@@ -423,7 +423,7 @@ func Usage() string {
 		}
 		fmt.Fprintf(&b, "  %-40s %s\n", spell, d.help)
 	}
-	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout), HVD_PYTHON (the one\ninterpreter --check-build asks; default python3 in PATH and /usr/bin/python3).\n")
+	b.WriteString("\nenvironment: HVD_SSH (ssh command, default \"ssh\"), HVD_KILL_GRACE_SECONDS (SIGTERM→SIGKILL\ngrace, default 5), HOROVOD_START_TIMEOUT (default for --start-timeout), HVD_PYTHON (the\ninterpreter a command of bare python or python3 runs and --check-build asks; else the active venv's,\nelse the one next to hvdrun when it is installed in a venv; --check-build then asks python3 in PATH\nand /usr/bin/python3). hvdrun from a source checkout (bin/hvdrun) appends its build/python to\nPYTHONPATH.\n")
 	b.WriteString(elasticUsage())
 	return b.String()
 }
