@@ -142,3 +142,19 @@ def test_unnamed_ops_after_uneven_steps_and_join_stay_in_step():
         h = hvd.allgather_async((want[R:R + 1]).clone())
         assert _settles(h), 'rank %d: unnamed allgather after the join did not match across ranks' % R
         assert torch.equal(hvd.synchronize(h), want)
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+def test_join_average_is_the_division(dtype):
+    """Horovod's test_horovod_join_allreduce compares the Average with a
+    joined rank against (N-1)·x/N with no tolerance. At np 3 a float32
+    Average scaled by float32(1/3) was an ulp off (142/3: 47.333336 instead
+    of 47.333332); it must be the division itself, on every rank."""
+    x = torch.tensor([75, 71, -94, 65, 16, 142, -188, 1], dtype=dtype)
+    for first in range(N):
+        if R == first:
+            assert hvd.join() != first
+        else:
+            out = hvd.allreduce(x, name='join.avg.%s.%d' % (dtype, first))
+            assert torch.equal(out, x * (N - 1) / N), (out, x * (N - 1) / N)
+            assert hvd.join() != first

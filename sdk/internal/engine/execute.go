@@ -125,12 +125,12 @@ func (e *Engine) allreduce(r *Response) error {
 	if !ok {
 		return fmt.Errorf("hvd: engine: unsupported reduction %s", opName(r.ReduceOp))
 	}
-	post := r.Postscale
-	if post == 0 {
-		post = 1
-	}
-	if r.ReduceOp == 0 {
-		post /= float64(e.n)
+	post := func(b []byte) {
+		if r.ReduceOp == 0 { // Average
+			ScaleAverage(b, r.DType, r.Postscale, e.n)
+		} else if r.Postscale != 0 {
+			Scale(b, r.DType, r.Postscale)
+		}
 	}
 	pre := r.Prescale
 	if pre == 0 {
@@ -154,7 +154,7 @@ func (e *Engine) allreduce(r *Response) error {
 			return err
 		}
 		e.tl().ActivityEnd(o.Name)
-		Scale(o.Out.Data, r.DType, post)
+		post(o.Out.Data)
 		o.h.Out = o.Out
 		e.complete(o, nil)
 		return nil
@@ -174,7 +174,7 @@ func (e *Engine) allreduce(r *Response) error {
 		return err
 	}
 	e.activity(ops, "")
-	Scale(buf, r.DType, post)
+	post(buf)
 	e.unpackFused(buf, ops, r.Counts, es, true)
 	return nil
 }
@@ -381,15 +381,9 @@ func (e *Engine) reducescatter(o *Op, r *Response) error {
 		}
 		counts[k] = int(rows[k] * row)
 	}
-	pre, post := r.Prescale, r.Postscale
+	pre := r.Prescale
 	if pre == 0 {
 		pre = 1
-	}
-	if post == 0 {
-		post = 1
-	}
-	if r.ReduceOp == 0 {
-		post /= float64(n)
 	}
 	in := o.In.Data
 	if pre != 1 {
@@ -400,7 +394,11 @@ func (e *Engine) reducescatter(o *Op, r *Response) error {
 	if err := e.data.ReduceScatter(in, out.Data, counts, o.In.DType, backends.Sum); err != nil {
 		return err
 	}
-	Scale(out.Data, o.In.DType, post)
+	if r.ReduceOp == 0 { // Average
+		ScaleAverage(out.Data, o.In.DType, r.Postscale, n)
+	} else if r.Postscale != 0 {
+		Scale(out.Data, o.In.DType, r.Postscale)
+	}
 	o.h.Out = out
 	return nil
 }

@@ -57,3 +57,34 @@ func scaleInt[T int8 | uint8 | int16 | uint16 | int32 | int64](s []T, f float64)
 		s[i] = T(float64(s[i]) * f)
 	}
 }
+
+// ScaleAverage finishes an Average: it divides b by the set size n and
+// applies the user's postscale f. Horovod multiplies by f/n in the tensor's
+// precision, which for n that is not a power of two is an ulp away from the
+// division its own tests compare with (float32, n 3: 142·float32(1/3) is
+// 47.333336, 142/3 is 47.333332; test_horovod_join_allreduce fails at np 3
+// with its zero tolerance). With f == 1 the result is therefore exactly x/n:
+// float32 is scaled through float64 (x/n is never a float32 rounding
+// midpoint, and the float64 product stays within 2⁻⁵² of it), float64 is
+// divided. Everything else is Scale(b, dt, f/n), Horovod's arithmetic.
+func ScaleAverage(b []byte, dt backends.DType, f float64, n int) {
+	if f == 0 {
+		f = 1
+	}
+	if f != 1 || n <= 1 || len(b) == 0 || (dt != backends.Float32 && dt != backends.Float64) {
+		Scale(b, dt, f/float64(n))
+		return
+	}
+	p, g := unsafe.Pointer(&b[0]), float64(n)
+	if dt == backends.Float64 {
+		s := unsafe.Slice((*float64)(p), len(b)/8)
+		for i := range s {
+			s[i] /= g
+		}
+		return
+	}
+	s, r := unsafe.Slice((*float32)(p), len(b)/4), 1/g
+	for i := range s {
+		s[i] = float32(float64(s[i]) * r)
+	}
+}
