@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/usr/bin/python3}
 LIMIT=${LIMIT:-700}
-STEPS=${STEPS:-3}
+STEPS=${STEPS:-4}
+LR=${LR:-1e-3}
 out=build/gpt-memory
 make -s build python plugins >/dev/null
 bin/hvdgen generate -f bench/gpt_memory/hvd.yaml --plugin-dir bin --python "$PY" --out "$PWD/$out" --np 8
@@ -19,10 +20,10 @@ bin/hvdgen generate -f bench/gpt_memory/hvd.yaml --plugin-dir bin --python "$PY"
 # which RLIMIT_AS would count although nothing uses it.
 export PYTHONPATH=$PWD/build/python OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=1
 echo "== 1. one process, no limit"
-"$PY" $out/train.py --reference --steps 2 --batch-size 4 --memory
+"$PY" $out/train.py --reference --steps 2 --batch-size 4 --lr "$LR" --memory
 echo "== 2. one process, --memory-limit $LIMIT MiB"
-if "$PY" $out/train.py --reference --steps "$STEPS" --batch-size 4 --memory --memory-limit "$LIMIT"; then
+if "$PY" $out/train.py --reference --steps "$STEPS" --batch-size 4 --lr "$LR" --memory --memory-limit "$LIMIT"; then
   echo "FAIL: the single process trained under the limit"; exit 1
 fi
 echo "== 3. 2 tensor x 2 stages x 2 replicas (ZeRO-2), every rank under --memory-limit $LIMIT MiB"
-bin/hvdrun -np 8 -x MALLOC_ARENA_MAX "$PY" $out/train.py --steps "$STEPS" --batch-size 4 --memory --memory-limit "$LIMIT"
+bin/hvdrun -np 8 -x MALLOC_ARENA_MAX "$PY" $out/train.py --steps "$STEPS" --batch-size 4 --lr "$LR" --memory --memory-limit "$LIMIT"
