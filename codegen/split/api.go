@@ -13,7 +13,11 @@ import "github.com/hvdorg/hvd/codegen/spec"
 
 // Layer is one layer as the generator sees it.
 type Layer struct {
-	Index  int        // position in the model, 0-based
+	Index int // position in the model, 0-based
+	// Name is the layer's path in a factory model, for
+	// Module.get_submodule ("2" in a Sequential, "blocks.0" for the first
+	// entry of a ModuleList child named blocks); "" for declared layers.
+	Name   string
 	Type   string     // class name as written in the spec or found by inspection ("Linear")
 	Args   []spec.Arg // constructor keyword arguments (declared models); nil for factory models
 	Params int64      // trainable parameter count
@@ -41,4 +45,10 @@ type Model struct {
 	// DType is the element type the inspection or generated code uses
 	// ("float32" unless the plugin says otherwise).
 	DType string
+	// InputDType is "int64" or "int32" when the model's input is ids
+	// (token ids for a first nn.Embedding), "" for floating inputs (in the
+	// job's dtype). InputHigh bounds the ids (0 <= id < InputHigh): the
+	// generated job's synthetic data draws them below it.
+	InputDType string
+	InputHigh  int
 }

@@ -107,6 +107,9 @@ func Generate(s *spec.Spec, m *Model) (*Result, error) {
 	if err := checkModel(s, m); err != nil {
 		return nil, err
 	}
+	if err := checkTrain(s, m); err != nil {
+		return nil, err
+	}
 	esize := dtypeSize(m.DType)
 	layers := make([]partition.Layer, len(m.Layers))
 	for i, l := range m.Layers {
@@ -186,6 +189,32 @@ func checkModel(s *spec.Spec, m *Model) error {
 	return nil
 }
 
+// checkTrain checks what the generated train.py supports of the user's
+// data and loss (train.data, train.loss) and of integer inputs: both are
+// wired into the PyTorch job; the Keras and Gluon jobs train on their
+// seeded synthetic data with MSE, so they refuse them here rather than
+// ignore them.
+func checkTrain(s *spec.Spec, m *Model) error {
+	var errs spec.ErrorList
+	ids := m.InputDType != "" || (s.Model != nil && s.Model.IntegerInput())
+	if s.Framework != spec.PyTorch {
+		if t := s.Train; t != nil && (t.Data != "" || t.Loss != "") {
+			errs = append(errs, s.ErrorAt("train", "your own data and loss (train.data, train.loss) are wired into the pytorch split job only, so far; "+
+				"the %s job trains on its seeded synthetic data with a mean squared error: remove the train section", s.Framework))
+		}
+		if ids {
+			errs = append(errs, s.ErrorAt("model.input_dtype", "integer inputs (ids) are split for pytorch factory models only, so far"))
+		}
+	} else if ids && m.Factory == "" {
+		errs = append(errs, s.ErrorAt("model.input_dtype", "%s input (ids) needs a factory model whose first layer embeds the ids (e.g. an nn.Embedding): "+
+			"declared layers take floating-point features", s.Model.InputDType))
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
 // shapeWords says a shape the way errors do: "32 features" for 1-D,
 // "shape [3 32 32]" otherwise.
 func shapeWords(s []int) string {
@@ -216,14 +245,24 @@ func dtypeSize(dt string) int64 {
 // ---- template data ----
 
 type data struct {
-	Project, SpecName, Framework, Title, HvdModule  string
-	Runnable                                        bool
-	Stages, Replicas, Size, MicroBatches            int
-	Schedule                                        string
-	DType                                           string
-	BatchSize                                       int
-	Factory, FactoryLiteral                         string
-	ImportRootLiteral                               string // Python literal; "" when not set
+	Project, SpecName, Framework, Title, HvdModule string
+	Runnable                                       bool
+	Stages, Replicas, Size, MicroBatches           int
+	Schedule                                       string
+	DType                                          string
+	BatchSize                                      int
+	Factory, FactoryLiteral                        string
+	ImportRootLiteral                              string // Python literal; "" when not set
+	// The model's input: InputDType a torch dtype ("torch.int64") when it
+	// is ids below InputHigh, "None" for floats in the job's dtype.
+	InputDType string
+	InputHigh  int
+	// The user's data and loss (train.data, train.loss) as Python string
+	// literals, "None" for the generated ones; TrainImportRoot the
+	// directory they are imported from, relative to train.py ("None":
+	// sys.path as it is).
+	Data, Loss, TrainImportRoot                     string
+	DataFn, LossFn                                  string // as written in hvd.yaml (module:function), "" when not given
 	InputShape, OutputShape                         string // Python tuples
 	Layers                                          []tmplLayer
 	StageList                                       []tmplStage
@@ -237,6 +276,7 @@ type data struct {
 type tmplLayer struct {
 	Index, Stage int
 	Type         string
+	Name         string // Python literal of the factory layer's path ("'blocks.0'"); "" for declared layers
 	Ctor         string // the framework's constructor call (declared layers)
 	Params       int64
 	In, Out      string // Python tuples
@@ -272,6 +312,21 @@ func newData(s *spec.Spec, m *Model, plan *partition.Plan, topo *topology.Topolo
 	if d.DType != "float64" {
 		d.DType = "float32"
 	}
+	d.InputDType, d.Data, d.Loss, d.TrainImportRoot = "None", "None", "None", "None"
+	if m.InputDType != "" {
+		d.InputDType, d.InputHigh = "torch."+m.InputDType, m.InputHigh
+	}
+	if t := s.Train; t != nil && (t.Data != "" || t.Loss != "") {
+		if t.Data != "" {
+			d.Data, d.DataFn = pyLiteral(t.Data), t.Data
+		}
+		if t.Loss != "" {
+			d.Loss, d.LossFn = pyLiteral(t.Loss), t.Loss
+		}
+		if m.ImportRoot != "" {
+			d.TrainImportRoot = pyLiteral(m.ImportRoot)
+		}
+	}
 	if m.Factory != "" {
 		d.FactoryLiteral = pyLiteral(m.Factory)
 		if m.ImportRoot != "" {
@@ -299,7 +354,14 @@ func newData(s *spec.Spec, m *Model, plan *partition.Plan, topo *topology.Topolo
 		if i > 0 {
 			in = m.Layers[i-1].OutShape
 		}
-		d.Layers = append(d.Layers, tmplLayer{Index: i, Stage: stageOf[i], Type: l.Type, Ctor: ctor(s.Framework, l),
+		name := ""
+		if m.Factory != "" {
+			if name = l.Name; name == "" {
+				name = strconv.Itoa(i) // a plugin that does not name layers: the i-th child of a Sequential
+			}
+			name = pyLiteral(name)
+		}
+		d.Layers = append(d.Layers, tmplLayer{Index: i, Stage: stageOf[i], Type: l.Type, Name: name, Ctor: ctor(s.Framework, l),
 			Params: l.Params, In: pyShape(in), Out: pyShape(l.OutShape)})
 	}
 	uses := topo.Uses()

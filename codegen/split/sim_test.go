@@ -166,6 +166,50 @@ func TestSimulatedPipeline(t *testing.T) {
 			})
 		}
 	}
+	// A GPT factory that is not an nn.Sequential (testdata/sim/tinygpt.py,
+	// a ModuleList of blocks) on token ids: with the user's data and
+	// cross-entropy (train.data, train.loss from tokens.py), and with the
+	// generated synthetic ids and MSE.
+	for _, c := range []struct {
+		p, d, m int
+		sched   spec.Schedule
+		train   bool
+	}{{2, 2, 2, spec.OneFOneB, true}, {3, 1, 3, spec.GPipe, true}, {2, 1, 2, spec.OneFOneB, false}} {
+		name := fmt.Sprintf("gpt-%dx%d-m%d-%s", c.p, c.d, c.m, c.sched)
+		s := gptTrainSpec()
+		s.Parallel = &spec.Parallel{Stages: c.p, DataParallel: c.d, MicroBatches: c.m, Schedule: c.sched}
+		if !c.train {
+			name += "-synthetic"
+			s.Train = nil
+		}
+		r := generate(t, genCase{name: name, spec: func() *spec.Spec { return s }, model: gptFactoryModel})
+		dir := t.TempDir()
+		writeFiles(t, dir, r)
+		want := 2 * (c.p - 1) * c.d * c.m * steps
+		sims = append(sims, simCase{
+			Name: name, Dir: dir, NP: c.p * c.d,
+			Train: []string{"--steps", fmt.Sprint(steps), "--dtype", "float64", "--batch-size", fmt.Sprint(c.d * c.m * 2)},
+			check: func(t *testing.T, res simResult) {
+				if res.MaxRelParam > 1e-10 || res.MaxRelLoss > 1e-10 {
+					t.Errorf("max relative error: params %.3g, losses %.3g", res.MaxRelParam, res.MaxRelLoss)
+				}
+				// 7 layers: the embeddings (2), 4 blocks of 12, ln_f (2), the head (1).
+				if res.Steps != steps || res.Params != 53 {
+					t.Errorf("%d steps, %d parameters compared, want %d and 53", res.Steps, res.Params, steps)
+				}
+				if res.Stats["matched"] != want {
+					t.Errorf("p2p messages %v, want %d matched", res.Stats, want)
+				}
+				if c.train && !(res.FirstLoss > 3.5 && res.FirstLoss < 4.8) {
+					// cross-entropy over 64 tokens starts near ln 64 = 4.16; MSE near 0.
+					t.Errorf("first loss %.4g: not the cross-entropy of train.loss", res.FirstLoss)
+				}
+				if testing.Verbose() {
+					t.Logf("loss %.4f -> %.4f; max relative error: params %.2g, losses %.2g", res.FirstLoss, res.LastLoss, res.MaxRelParam, res.MaxRelLoss)
+				}
+			},
+		})
+	}
 	r := generate(t, cases[0]) // pytorch 2x2
 	dir := t.TempDir()
 	writeFiles(t, dir, r)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,8 +77,37 @@ func factorySpec(fw spec.Framework) func() *spec.Spec {
 	}
 }
 
+// gptFactoryModel is what the plugin reports for testdata/sim/tinygpt.py
+// (a GPT whose forward runs a ModuleList of blocks; token ids in, as
+// model.input_dtype: int64 says; costs made up but fixed).
+func gptFactoryModel() *Model {
+	m := &Model{Factory: "tinygpt:build", InShape: []int{16}, DType: "float32", InputDType: "int64", InputHigh: 64}
+	add := func(name, typ string, params int64, in, out []int, cost float64) {
+		m.Layers = append(m.Layers, Layer{Index: len(m.Layers), Name: name, Type: typ, Params: params, InShape: in, OutShape: out, Cost: cost})
+	}
+	hidden := []int{16, 32}
+	add("embed", "Embed", 64*32+16*32, []int{16}, hidden, 30)
+	for i := range 4 {
+		add(fmt.Sprintf("blocks.%d", i), "Block", 12704, hidden, hidden, 1100)
+	}
+	add("ln_f", "LayerNorm", 64, hidden, hidden, 18)
+	add("head", "Linear", 32*64, hidden, []int{16, 64}, 120)
+	return m
+}
+
+// gptTrainSpec: tinygpt cut into 2 stages × 2 replicas, trained on
+// tokens.py's data and cross-entropy (train.data, train.loss).
+func gptTrainSpec() *spec.Spec {
+	s := spec.Default(spec.PyTorch)
+	s.Project = "tinygpt"
+	s.Model = &spec.Model{Factory: "tinygpt:build", InputShape: []int{16}, InputDType: "int64"}
+	s.Train = &spec.Train{Data: "tokens:batches", Loss: "tokens:cross_entropy"}
+	return withParallel(s, 2, 2, 2, spec.OneFOneB)
+}
+
 // The golden cases: each framework with P=2 D=2 M=4 1f1b, P=3 D=1 gpipe,
-// and a factory model.
+// and a factory model; and a PyTorch GPT factory (not an nn.Sequential)
+// with token ids and the user's data and loss.
 var cases = func() []genCase {
 	var out []genCase
 	for _, fw := range []spec.Framework{spec.PyTorch, spec.TensorFlow, spec.MXNet} {
@@ -87,6 +117,11 @@ var cases = func() []genCase {
 			genCase{string(fw) + "-factory", factorySpec(fw), factoryModel(fw)},
 		)
 	}
+	out = append(out, genCase{"pytorch-factory-gpt-train", gptTrainSpec, func() *Model {
+		m := gptFactoryModel()
+		m.ImportRoot = ".." // hvdgen's default: split/ next to hvd.yaml
+		return m
+	}})
 	return out
 }()
 
@@ -252,8 +287,32 @@ func TestGenerateErrors(t *testing.T) {
 			`framework: the split generator supports pytorch, tensorflow and mxnet, not "go"`, true},
 		{"no parallel", func() *spec.Spec { s := fs(); s.Parallel = nil; return s }, nil,
 			"parallel: the split generator needs a parallel section", true},
+		{"train for keras", func() *spec.Spec {
+			s := withParallel(defaultSpec(spec.TensorFlow), 2, 1, 2, spec.GPipe)
+			s.Train = &spec.Train{Loss: "losses:mine"}
+			return s
+		}, nil, "train: your own data and loss (train.data, train.loss) are wired into the pytorch split job only, so far; " +
+			"the tensorflow job trains on its seeded synthetic data with a mean squared error: remove the train section", true},
+		{"ids for gluon", func() *spec.Spec {
+			s := withParallel(defaultSpec(spec.MXNet), 2, 1, 2, spec.GPipe)
+			s.Model.InputDType = "int64"
+			return s
+		}, nil, "model.input_dtype: integer inputs (ids) are split for pytorch factory models only, so far", true},
+		{"ids for declared layers", func() *spec.Spec {
+			s := withParallel(defaultSpec(spec.PyTorch), 2, 1, 2, spec.GPipe)
+			s.Model.InputDType = "int64"
+			return s
+		}, nil, "model.input_dtype: int64 input (ids) needs a factory model whose first layer embeds the ids (e.g. an nn.Embedding): declared layers take floating-point features", true},
 	} {
-		m := factoryModel(spec.PyTorch)()
+		var m *Model
+		if s := c.spec(); s.Model.Factory == "" {
+			var err error
+			if m, err = Catalogue(s); err != nil {
+				t.Fatalf("%s: Catalogue: %v", c.name, err)
+			}
+		} else {
+			m = factoryModel(spec.PyTorch)()
+		}
 		if c.model != nil {
 			c.model(m)
 		}

@@ -109,6 +109,9 @@ func Generate(ctx context.Context, req plugin.GenerateRequest, fw spec.Framework
 	} else {
 		m, err = split.Catalogue(r.Spec)
 		err = classify(err)
+		if err == nil {
+			m.ImportRoot = r.ImportRoot // where train.data and train.loss are imported from
+		}
 		note = fmt.Sprintf("%d declared layers; cost = estimated FLOPs per sample unless the spec gives cost hints", len(r.Spec.Model.Layers))
 	}
 	if err != nil {
