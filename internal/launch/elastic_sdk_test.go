@@ -60,7 +60,15 @@ func TestElasticSDKWorker(t *testing.T) {
 	r.checkWorld(2, "127.0.0.1:0", "localhost:0 localhost:1")
 	r.waitLogPrefix("127.0.0.1:0 done step=")
 	mustContain(t, "stderr", r.stderr.String(), "hvdrun: elastic: worker localhost:0 (rank 0 of world 1) exited with status 137 (killed by signal 9)\n",
-		"hvdrun: elastic: blacklisting host localhost for good; stopping its other workers localhost:1\n")
+		"hvdrun: elastic: blacklisting host localhost for good; stopping its other workers localhost:1\n",
+		"[127.0.0.1:0]<stderr>:hvd: elastic: resetting after: ")
+	// One prefix per line (hvdrun's worker id; the SDK adds none of its
+	// own) and no "hvd: " right after "hvd: elastic: …: ".
+	for _, l := range strings.Split(r.stderr.String(), "\n") {
+		if strings.Contains(l, "]<stderr>:[") || strings.Contains(l, "resetting after: hvd: ") {
+			t.Errorf("a doubled prefix: %q", l)
+		}
+	}
 	r.finish()
 }
 
