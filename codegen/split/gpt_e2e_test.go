@@ -232,6 +232,29 @@ func TestGPTEndToEnd(t *testing.T) {
 		}
 		compareGPT(t, second, env, "run.npz", filepath.Join(ref, "ref.npz"))
 	})
+	// Under --memory-limit (RLIMIT_AS above the start-up footprint) an
+	// allocation the kernel refuses ends the run with a clear out-of-memory
+	// message, not a traceback (bench/gpt_memory/run.sh uses it to show a
+	// model one process cannot hold training split).
+	t.Run("memory-limit", func(t *testing.T) {
+		dir := t.TempDir()
+		// 3.7 M parameters: AdamW needs ~60 MB for them, more than 30 MiB.
+		s, err := spec.Parse("hvd.yaml", []byte("version: 1\nproject: m\nframework: pytorch\ngenerate: [split]\n"+
+			"model:\n  gpt: {vocab: 8192, seq_len: 32, hidden: 256, heads: 4, blocks: 2}\nparallel: {stages: 1}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := GenerateGPT(s, ".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFiles(t, dir, r)
+		out, code := run(t, dir, 2*time.Minute, env, python, "train.py", "--reference", "--steps", "2", "--memory-limit", "30")
+		if code == 0 || !strings.Contains(out, "out of memory: this process needs more than the 30 MiB --memory-limit allows") ||
+			strings.Contains(out, "Traceback") {
+			t.Fatalf("exit %d, want the out-of-memory message:\n%s", code, lastLines(out, 20))
+		}
+	})
 	// A wrong -np stops every rank with the command that starts the job.
 	t.Run("wrong-np", func(t *testing.T) {
 		dir := t.TempDir()
