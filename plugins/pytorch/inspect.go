@@ -43,11 +43,14 @@ type inspectAnswer struct {
 	InputShape []int  `json:"input_shape"`
 	InputFrom  string `json:"input_from"`
 	DType      string `json:"dtype"`
+	InputDType string `json:"input_dtype"`
+	InputHigh  int    `json:"input_high"`
 	Batch      int    `json:"batch"`
 	CostUnit   string `json:"cost_unit"`
 	Torch      string `json:"torch"`
 	Layers     []struct {
 		Type   string  `json:"type"`
+		Name   string  `json:"name"`
 		Params int64   `json:"params"`
 		In     []int   `json:"in"`
 		Out    []int   `json:"out"`
@@ -78,7 +81,7 @@ func inspectFactory(ctx context.Context, r *splitgen.Request) (*split.Model, str
 		}
 	}
 	args, err := json.Marshal(map[string]any{
-		"dir": dir, "factory": factory, "input_shape": s.Model.InputShape,
+		"dir": dir, "factory": factory, "input_shape": s.Model.InputShape, "input_dtype": nilIfEmpty(s.Model.InputDType),
 		"batch": inspectBatch, "repeats": inspectRepeats,
 	})
 	if err != nil {
@@ -124,22 +127,40 @@ func inspectFactory(ctx context.Context, r *splitgen.Request) (*split.Model, str
 			return nil, "", fmt.Errorf("%w: %s with %s: %s", errInspect, factory, r.Python, e.Message)
 		}
 		path := "model.factory"
-		if e.Kind == "shape" && e.Layer != nil && *e.Layer == 0 && s.Model.InputShape != nil {
+		switch {
+		case e.Kind == "shape" && e.Layer != nil && *e.Layer == 0 && s.Model.InputShape != nil:
 			path = "model.input_shape"
+		case e.Kind == "input_dtype":
+			path = "model.input_dtype"
 		}
 		return nil, "", splitgen.Invalid(s.ErrorAt(path, "%s: %s", factory, e.Message))
 	}
 	if len(a.Layers) == 0 {
 		return nil, "", fmt.Errorf("%w: %s with %s: no layers in the answer", errInspect, factory, r.Python)
 	}
-	m := &split.Model{Factory: factory, InShape: a.InputShape, DType: a.DType}
+	m := &split.Model{Factory: factory, InShape: a.InputShape, DType: a.DType, InputHigh: a.InputHigh}
+	if strings.HasPrefix(a.InputDType, "int") {
+		m.InputDType = a.InputDType
+	}
 	for i, l := range a.Layers {
 		m.Layers = append(m.Layers, split.Layer{
-			Index: i, Type: l.Type, Params: l.Params,
+			Index: i, Name: l.Name, Type: l.Type, Params: l.Params,
 			InShape: l.In, OutShape: l.Out, Cost: l.Cost,
 		})
 	}
-	note := fmt.Sprintf("%s: %d layers (%s) inspected with %s, torch %s; input %v per sample (from %s); cost = %s, batch %d",
-		factory, len(a.Layers), a.Model, r.Python, a.Torch, a.InputShape, a.InputFrom, a.CostUnit, a.Batch)
+	input := fmt.Sprintf("input %v per sample (from %s)", a.InputShape, a.InputFrom)
+	if m.InputDType != "" {
+		input = fmt.Sprintf("input %v %s ids below %d per sample (from %s)", a.InputShape, m.InputDType, a.InputHigh, a.InputFrom)
+	}
+	note := fmt.Sprintf("%s: %d layers (%s) inspected with %s, torch %s; %s; cost = %s, batch %d",
+		factory, len(a.Layers), a.Model, r.Python, a.Torch, input, a.CostUnit, a.Batch)
 	return m, note, nil
+}
+
+// nilIfEmpty: JSON null for "".
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
