@@ -3,6 +3,7 @@ package split
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"text/template"
@@ -184,21 +185,98 @@ func gptCosts(g *spec.GPT, t int, recompute bool) []gptCost {
 	return append(out, head)
 }
 
+// gptHeld is, for every chunk v (on pipeline rank v mod P), the most
+// micro-batches whose activations it holds at once under the schedule
+// (simulated: forwards not yet matched by their backward).
+func gptHeld(l GPTLayout) []int {
+	held := make([]int, l.Stages*l.Virtual)
+	for p := 0; p < l.Stages; p++ {
+		live := make([]int, l.Virtual)
+		for _, u := range GPTSchedule(l.Schedule, p, l.Stages, l.Virtual, l.MicroBatches) {
+			if u.Forward {
+				live[u.Chunk]++
+			} else {
+				live[u.Chunk]--
+			}
+			v := u.Chunk*l.Stages + p
+			held[v] = max(held[v], live[u.Chunk])
+		}
+	}
+	return held
+}
+
 // gptPartition cuts the layers into stages × virtual chunks, balancing
-// compute and parameter memory equally (each layer's cost is its share of
-// the FLOPs plus its share of the parameters, so a chunk heavy in either is
-// kept small).
-func gptPartition(costs []gptCost, chunks int) (*partition.Plan, error) {
-	var flops, params float64
-	for _, c := range costs {
-		flops += c.flops
-		params += float64(c.params)
+// compute and memory: a chunk's cost is the mean of its share of the
+// model's forward FLOPs and its share of the memory (float32 weights,
+// gradients and AdamW state of the parameters a tensor-parallel rank
+// holds, plus the activations the schedule keeps for that chunk, which
+// depend on where it runs: under 1F1B the first stage holds P micro-batches,
+// the last one). The min-max over contiguous cuts is exact (dynamic
+// programming); among equal maxima the later chunks are kept lighter.
+func gptPartition(costs []gptCost, l GPTLayout, rows int) (*partition.Plan, error) {
+	n, k := len(costs), l.Stages*l.Virtual
+	if k < 1 || k > n {
+		return nil, fmt.Errorf("%d chunks for %d layers: every chunk needs at least one layer", k, n)
 	}
-	layers := make([]partition.Layer, len(costs))
+	held := gptHeld(l)
+	flops := make([]float64, n+1)
+	params := make([]float64, n+1)
+	act := make([]float64, n+1)
 	for i, c := range costs {
-		layers[i] = partition.Layer{Name: c.name, Cost: 100 * (c.flops/flops + float64(c.params)/params) / 2, Params: c.params}
+		flops[i+1] = flops[i] + c.flops
+		params[i+1] = params[i] + float64(c.rank)*16
+		act[i+1] = act[i] + float64(c.act*int64(rows))*4
 	}
-	return partition.Partition(layers, chunks)
+	var memTotal float64
+	for v := 0; v < k; v++ {
+		memTotal = max(memTotal, float64(held[v]))
+	}
+	memTotal = params[n] + memTotal*act[n]
+	cost := func(v, a, b int) float64 {
+		mem := params[b] - params[a] + float64(held[v])*(act[b]-act[a])
+		return 100 * ((flops[b]-flops[a])/flops[n] + mem/memTotal) / 2
+	}
+	inf := math.Inf(1)
+	best := make([][]float64, k+1) // best[v][i]: the least bottleneck of layers [0, i) in chunks [0, v)
+	for v := range best {
+		best[v] = make([]float64, n+1)
+		for i := range best[v] {
+			best[v][i] = inf
+		}
+	}
+	best[0][0] = 0
+	for v := 1; v <= k; v++ {
+		for i := v; i <= n-(k-v); i++ {
+			for j := v - 1; j < i; j++ {
+				best[v][i] = min(best[v][i], max(best[v-1][j], cost(v-1, j, i)))
+			}
+		}
+	}
+	// Walk back from the last chunk, giving it as few layers as the
+	// bottleneck allows.
+	opt := best[k][n]
+	cuts := make([]int, k+1)
+	cuts[k] = n
+	for v := k; v >= 1; v-- {
+		i := cuts[v]
+		for j := i - 1; j >= v-1; j-- {
+			if best[v-1][j] <= opt+1e-12 && cost(v-1, j, i) <= opt+1e-12 {
+				cuts[v-1] = j
+				break
+			}
+		}
+	}
+	plan := &partition.Plan{MaxCost: opt}
+	for v := 0; v < k; v++ {
+		a, b := cuts[v], cuts[v+1]
+		var p int64
+		for _, c := range costs[a:b] {
+			p += c.params
+		}
+		plan.Stages = append(plan.Stages, partition.Stage{First: a, End: b, Cost: cost(v, a, b), Params: p})
+		plan.Total += cost(v, a, b)
+	}
+	return plan, nil
 }
 
 type gptData struct {
@@ -235,7 +313,8 @@ func GenerateGPT(s *spec.Spec, importRoot string) (*Result, error) {
 	l := GPTLayout{Tensor: max(pl.Tensor, 1), Stages: pl.Stages, Replicas: pl.DataParallel, Virtual: max(pl.VirtualStages, 1),
 		MicroBatches: pl.MicroBatches, Schedule: pl.Schedule, Zero: pl.Zero, Recompute: pl.Recompute}
 	costs := gptCosts(g, l.Tensor, l.Recompute)
-	plan, err := gptPartition(costs, l.Stages*l.Virtual)
+	d0 := 2 // sequences per micro-batch at the default batch
+	plan, err := gptPartition(costs, l, d0)
 	if err != nil {
 		return nil, spec.ErrorList{s.ErrorAt("parallel", "%v", err)}
 	}

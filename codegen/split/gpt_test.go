@@ -144,7 +144,7 @@ func TestGPTMemory(t *testing.T) {
 	g := &spec.GPT{Vocab: 8192, SeqLen: 32, Hidden: 384, Heads: 6, Blocks: 8, FFN: 1536, Tied: true}
 	row := func(l GPTLayout, stage int) []string {
 		costs := gptCosts(g, l.Tensor, l.Recompute)
-		plan, err := gptPartition(costs, l.Stages*l.Virtual)
+		plan, err := gptPartition(costs, l, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +174,7 @@ func TestGPTMemory(t *testing.T) {
 	// AdamW state on a rank).
 	l := GPTLayout{Tensor: 2, Stages: 2, Replicas: 2, Virtual: 1, MicroBatches: 2, Schedule: spec.OneFOneB, Zero: 2}
 	costs := gptCosts(g, 2, false)
-	plan, _ := gptPartition(costs, 2)
+	plan, _ := gptPartition(costs, l, 2)
 	table := GPTMemoryTable(costs, plan, l, g, 8)
 	lines := strings.Split(table, "\n")
 	single := parseCount(t, strings.Split(lines[4], " | ")[1])
@@ -211,4 +211,39 @@ func TestGPTErrors(t *testing.T) {
 	if _, err := GenerateGPT(s, "."); err == nil || !strings.Contains(err.Error(), "pytorch only") {
 		t.Fatalf("tensorflow: %v", err)
 	}
+}
+
+// The partition weighs the activations each chunk's position holds: under
+// 1F1B stage 0 keeps P micro-batches and the last stage one, so with
+// activation-heavy blocks the first stage gets fewer blocks than the last;
+// under GPipe every stage keeps all M and the blocks spread evenly.
+func TestGPTPartitionBalancesActivations(t *testing.T) {
+	g := &spec.GPT{Vocab: 64, SeqLen: 1024, Hidden: 64, Heads: 4, Blocks: 16, FFN: 256, Tied: true}
+	blocks := func(sched spec.Schedule) []int {
+		l := GPTLayout{Tensor: 1, Stages: 4, Replicas: 1, Virtual: 1, MicroBatches: 8, Schedule: sched}
+		plan, err := gptPartition(gptCosts(g, 1, false), l, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []int
+		for _, st := range plan.Stages {
+			b := st.End - st.First
+			if st.First == 0 {
+				b-- // the embedding
+			}
+			if st.End == g.Blocks+2 {
+				b-- // the head
+			}
+			n = append(n, b)
+		}
+		return n
+	}
+	ofb, gpipe := blocks(spec.OneFOneB), blocks(spec.GPipe)
+	if ofb[0] >= ofb[3] {
+		t.Errorf("1F1B: blocks per stage %v, want fewer on stage 0 (holds 4 micro-batches) than on stage 3 (holds 1)", ofb)
+	}
+	if gpipe[0] != gpipe[3] {
+		t.Errorf("GPipe: blocks per stage %v, want stage 0 and 3 even", gpipe)
+	}
+	t.Logf("blocks per stage: 1F1B %v, GPipe %v", ofb, gpipe)
 }

@@ -95,7 +95,7 @@ func Generate(ctx context.Context, req plugin.GenerateRequest, fw spec.Framework
 		if err != nil {
 			return nil, err
 		}
-		set.Summary = fmt.Sprintf("GPT: %d blocks, hidden %d, %d heads, vocabulary %d, sequence %d; cut into chunks by FLOPs and parameters", g.Blocks, g.Hidden, g.Heads, g.Vocab, g.SeqLen) + "\n\n" + set.Summary
+		set.Summary = fmt.Sprintf("GPT: %d blocks, hidden %d, %d heads, vocabulary %d, sequence %d; cut into chunks balancing FLOPs and memory", g.Blocks, g.Hidden, g.Heads, g.Vocab, g.SeqLen) + "\n\n" + set.Summary
 		return set, nil
 	}
 	if f := r.Spec.Model.Factory; f != "" {
