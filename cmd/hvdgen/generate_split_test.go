@@ -162,6 +162,21 @@ func TestGenerateSplitNP(t *testing.T) {
 	if out, errOut, code := run(t, "generate", "--plugin-dir", pluginDirForTests, "--dry-run", "--np", "4", "-f", yaml); code != 0 {
 		t.Fatalf("--np 4: exit %d\n%s\n%s", code, out, errOut)
 	}
+	// A GPT split three ways: -np must be tensor × stages × replicas; the
+	// right one prints the memory table per rank and the process sets.
+	s = spec.Default(spec.PyTorch)
+	s.Model = &spec.Model{GPT: &spec.GPT{Vocab: 64, SeqLen: 8, Hidden: 32, Heads: 4, Blocks: 2, FFN: 128, Tied: true}}
+	s.Parallel = &spec.Parallel{Tensor: 2, Stages: 2, DataParallel: 2, MicroBatches: 2, Schedule: spec.OneFOneB, VirtualStages: 1, Zero: 1}
+	yaml = splitProject(t, s, map[string]string{})
+	if _, errOut, code := run(t, "generate", "--plugin-dir", pluginDirForTests, "--dry-run", "--np", "4", "-f", yaml); code != 2 ||
+		!strings.Contains(errOut, "needs 8 ranks (2 tensor × 2 stages × 2 replicas); -np 4 does not match") {
+		t.Fatalf("gpt --np 4: exit %d\n%s", code, errOut)
+	}
+	out, errOut, code := run(t, "generate", "--plugin-dir", pluginDirForTests, "--dry-run", "--np", "8", "-f", yaml)
+	if code != 0 || !strings.Contains(out, "| 0 (4 ranks) |") || !strings.Contains(out, "AdamW state") ||
+		!strings.Contains(out, "tensor-parallel set of stage 1 replica 1") {
+		t.Fatalf("gpt --np 8: exit %d\n%s\n%s", code, out, errOut)
+	}
 	// No parallel section to check against.
 	g := filepath.Join(t.TempDir(), "hvd.yaml")
 	y, _ := spec.Marshal(spec.Default(spec.Go))
