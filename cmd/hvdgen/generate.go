@@ -83,7 +83,7 @@ func runGenerate(cCtx *cli.Context) error {
 	}
 	s, err := spec.ParseWith(path, data, declaredLayers)
 	if err != nil {
-		return fmt.Errorf("%w: %s is not a valid spec:\n%v", errUsage, path, err)
+		return inputErrorf("%s is not a valid spec:\n%v", path, err)
 	}
 	if err := checkNP(cCtx, s, path); err != nil {
 		return err
@@ -173,7 +173,7 @@ func genGoBindings(cCtx *cli.Context, s *spec.Spec, dir string) error {
 
 func bindErr(err error) error {
 	if errors.Is(err, gobind.ErrInvalid) {
-		return fmt.Errorf("%w: go-bindings:\n%v", errUsage, err)
+		return inputErrorf("go-bindings:\n%v", err)
 	}
 	return fmt.Errorf("go-bindings: %w", err)
 }

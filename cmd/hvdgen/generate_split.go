@@ -120,7 +120,7 @@ func genSplit(cCtx *cli.Context, s *spec.Spec, path string, data []byte) error {
 // the RPC's prefix.
 func splitErr(err error) error {
 	if errors.Is(err, plugin.ErrInvalidRequest) {
-		return fmt.Errorf("%w: split:\n%s", errUsage, strings.TrimPrefix(err.Error(), "plugin generate "+plugin.KindSplit+": "))
+		return inputErrorf("split:\n%s", strings.TrimPrefix(err.Error(), "plugin generate "+plugin.KindSplit+": "))
 	}
 	return fmt.Errorf("split: %w", err)
 }

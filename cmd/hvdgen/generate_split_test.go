@@ -218,7 +218,8 @@ func TestGenerateSplitFactory(t *testing.T) {
 	s.Model = &spec.Model{Factory: "nets:mismatch"}
 	yaml = splitProject(t, s, map[string]string{"nets.py": netsPy})
 	_, errOut, code = run(t, "generate", "--plugin-dir", pluginDirForTests, "--python", systemPython, "-f", yaml)
-	if code != 2 || !strings.Contains(errOut, yaml+":") || !strings.Contains(errOut, "model.factory: nets:mismatch: layer 2 (Linear) cannot take the output of layer 1 (ReLU)") {
+	if code != 2 || !strings.Contains(errOut, yaml+":") || !strings.Contains(errOut, "model.factory: nets:mismatch: layer 2 (Linear) cannot take the output of layer 1 (ReLU)") ||
+		!strings.Contains(errOut, "hvdgen: split:\n") || strings.Contains(errOut, "usage") {
 		t.Fatalf("shape mismatch: exit %d\n%s", code, errOut)
 	}
 

@@ -50,6 +50,18 @@ func usageErrorf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
 }
 
+// inputError is a problem with the user's input (a spec, a model): it
+// exits 2 like a usage error, and its message is the problem alone, with
+// no "usage:" in front of positioned spec errors.
+type inputError struct{ msg string }
+
+func (e *inputError) Error() string        { return e.msg }
+func (e *inputError) Is(target error) bool { return target == errUsage }
+
+func inputErrorf(format string, args ...any) error {
+	return &inputError{fmt.Sprintf(format, args...)}
+}
+
 // exitCode maps an error from app.Run to the process's exit status; it is
 // the only place that knows exit codes.
 func exitCode(err error) int {
