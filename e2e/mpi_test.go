@@ -119,6 +119,34 @@ func TestMPIPythonTorch(t *testing.T) {
 	}
 }
 
+// TestMPIInitByHvd: a script that set mpi4py.rc.initialize = False (as
+// Horovod's tests do) under plain mpirun: hvd.init initialises MPI with
+// MPI_THREAD_MULTIPLE and finalises it at exit (mpirun sees every rank
+// finalise); MPI the script initialised itself is left to the script.
+// Before, hvd.init died in MPI_Comm_test_inter "before MPI_INIT".
+func TestMPIInitByHvd(t *testing.T) {
+	pkg := pythonPackage(t)
+	needMPI(t)
+	for _, owner := range []string{"hvd", "script"} {
+		for _, np := range []int{2, 3} {
+			t.Run(owner+"/np"+strconv.Itoa(np), func(t *testing.T) {
+				args := append([]string{python}, pytestArgs...)
+				out, code := mpirun(t, 2*time.Minute, np, pyEnv(pkg, "HVD_TEST_NO_INIT=1", "HVD_TEST_MPI_OWNER="+owner),
+					append(args, "--color=no", "../python/tests/test_mpi_init.py")...)
+				checkMPIPytest(t, out, code, np)
+				finalized := map[string]string{"hvd": "True", "script": "False"}[owner] // Python's bool
+				want := fmt.Sprintf("hvd-test: owner %s, MPI finalized at exit: %s", owner, finalized)
+				if got := strings.Count(out, want); got != np {
+					t.Errorf("%d ranks printed %q, want %d:\n%s", got, want, np, tail(out, 40))
+				}
+				if strings.Contains(out, "improperly") || strings.Contains(out, "without calling") {
+					t.Errorf("mpirun saw a rank exit without MPI_Finalize:\n%s", tail(out, 40))
+				}
+			})
+		}
+	}
+}
+
 // TestMPIWithoutMPI4py: under mpirun with no store variable and no mpi4py,
 // every rank fails at once with what to do, and the job ends.
 func TestMPIWithoutMPI4py(t *testing.T) {

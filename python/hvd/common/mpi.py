@@ -13,8 +13,13 @@ HVD_SECRET_KEY set for the duration of the call (sdk/rendezvous/mpi.go reads
 them), and the environment is restored after.
 
 mpi4py is imported only under an MPI launch (OMPI_COMM_WORLD_* or PMI_*
-variables) or when the caller passes a communicator.
+variables) or when the caller passes a communicator. A script that set
+mpi4py.rc.initialize = False (as Horovod's tests do) leaves MPI's
+initialisation to the library: hvd then initialises it, with
+MPI_THREAD_MULTIPLE, and finalises it at exit (after hvd's own shutdown),
+only then: MPI that the script or mpi4py initialised is theirs to finalise.
 """
+import atexit
 import os
 import secrets
 import socket
@@ -64,7 +69,39 @@ def import_mpi(why):
     except ImportError as e:
         raise ImportError('hvd: %s needs mpi4py, which cannot be imported here (%s): apt-get install python3-mpi4py, '
                           'or pip install mpi4py (built against the MPI that mpirun comes from)' % (why, e)) from e
+    _ensure_initialized(MPI, why)
     return MPI
+
+
+# True once hvd has initialised MPI itself (and registered its finalize).
+_initialized_here = [False]
+
+
+def _ensure_initialized(MPI, why):
+    """Initialises MPI when nobody has (mpi4py.rc.initialize = False), as
+    Horovod's MPIContext does: MPI_Init_thread asking for
+    MPI_THREAD_MULTIPLE (the MPI data plane calls MPI from every set's
+    goroutine; the bootstrap needs less), and MPI_Finalize at exit."""
+    if MPI.Is_initialized():
+        return
+    if MPI.Is_finalized():
+        raise RuntimeError('hvd: %s needs MPI, but MPI was already finalized in this process (MPI cannot be '
+                           'initialised twice); call hvd.init before MPI.Finalize' % why)
+    MPI.Init_thread(MPI.THREAD_MULTIPLE)
+    _initialized_here[0] = True
+    atexit.register(_finalize)  # before init registers shutdown: atexit is LIFO, so MPI outlives hvd
+
+
+def _finalize():
+    from mpi4py import MPI
+    if not MPI.Is_finalized():
+        MPI.Finalize()
+
+
+def initialized_mpi():
+    """Whether hvd initialised MPI in this process (and so finalises it at
+    exit)."""
+    return _initialized_here[0]
 
 
 def is_comm(obj):
