@@ -210,6 +210,31 @@ func TestSimulatedPipeline(t *testing.T) {
 			},
 		})
 	}
+	// The user's data and loss, checked where they are used: a batch of
+	// the wrong shape and a loss that is not a scalar stop every rank with
+	// a message naming the function.
+	for _, c := range []struct {
+		name, data, loss, want string
+	}{
+		{"gpt-bad-data", "tokens:short", "tokens:cross_entropy",
+			"train.data tokens:short(step=0, batch_size=8, seed=42): the inputs have shape [8, 15], but the pipeline was generated for [8, 16] (batch_size and model.input_shape)"},
+		{"gpt-bad-loss", "tokens:batches", "tokens:per_token",
+			"train.loss tokens:per_token returned a tensor of shape [64]: expected a scalar tensor, the mean loss over the samples"},
+	} {
+		s := gptTrainSpec()
+		s.Parallel = &spec.Parallel{Stages: 2, DataParallel: 1, MicroBatches: 2, Schedule: spec.OneFOneB}
+		s.Train = &spec.Train{Data: c.data, Loss: c.loss}
+		r := generate(t, genCase{name: c.name, spec: func() *spec.Spec { return s }, model: gptFactoryModel})
+		dir := t.TempDir()
+		writeFiles(t, dir, r)
+		sims = append(sims, simCase{Name: c.name, Dir: dir, NP: 2, ExpectError: c.want,
+			Train: []string{"--steps", "1", "--batch-size", "8"},
+			check: func(t *testing.T, res simResult) {
+				if len(res.Errors) != 2 {
+					t.Errorf("want the error on both ranks, got %v", res.Errors)
+				}
+			}})
+	}
 	r := generate(t, cases[0]) // pytorch 2x2
 	dir := t.TempDir()
 	writeFiles(t, dir, r)

@@ -19,3 +19,14 @@ def batches(step, batch_size, seed):
 
 def cross_entropy(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def short(step, batch_size, seed):
+    """Wrong: sequences one token shorter than model.input_shape."""
+    ids, targets = batches(step, batch_size, seed)
+    return ids[:, 1:], targets[:, 1:]
+
+
+def per_token(logits, targets):
+    """Wrong: a loss per token, not a scalar."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
