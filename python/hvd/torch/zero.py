@@ -1,9 +1,9 @@
 """ShardedOptimizer: ZeRO stages 1 and 2 over an hvd process set
 (docs/sharded-optimizer.md).
 
-Per (param group, dtype, device) the trainable parameters are flattened into
-one buffer, cut at parameter boundaries into buckets of about bucket_bytes,
-each bucket padded to a multiple of D = process_set.size(); every
+Per (param group, dtype, device) the trainable parameters are flattened, cut
+at parameter boundaries into buckets of about bucket_bytes, each bucket one
+flat buffer padded to a multiple of D = process_set.size(); every
 parameter's .data becomes a view into its bucket, so the model is updated in
 place. Rank i of the set owns the contiguous slice i of every bucket (with
 one bucket per buffer: slice i of the buffer). The wrapped optimizer is
@@ -186,7 +186,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         super().__init__([dict(g) for g in groups], optimizer.defaults)
 
         self.buckets = []
-        self._flat = []  # the flat buffers, one per (group, dtype, device)
+        self._flat = []  # the buckets' flat buffers
         self._build_buckets()
         self._bucket_of = {p: b for b in self.buckets for p in b.params}
         self._offset = {p: off for b in self.buckets for p, off in zip(b.params, b.offsets)}
@@ -226,13 +226,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
                         run, nbytes = [], 0
                 if run:
                     runs.append(run)
-                sizes = [sum(p.numel() for p in run) for run in runs]
-                padded = [max(d, -(-n // d) * d) for n in sizes]
-                flat = torch.zeros(sum(padded), dtype=dtype, device=device)
-                self._flat.append(flat)
-                start = 0
-                for run, numel in zip(runs, padded):
-                    view = flat[start:start + numel]
+                for run in runs:
+                    # One allocation per bucket, filled and the parameters'
+                    # old storage released bucket by bucket: building costs
+                    # one bucket more than the model, not a second model.
+                    numel = max(d, -(-sum(p.numel() for p in run) // d) * d)
+                    view = torch.zeros(numel, dtype=dtype, device=device)
+                    self._flat.append(view)
                     offsets, off = [], 0
                     for p in run:
                         n = p.numel()
@@ -242,7 +242,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
                         off += n
                     self.buckets.append(_Bucket(len(self.buckets), gi, run, [self._names[p] for p in run], offsets,
                                                 numel, view, d, self._r))
-                    start += numel
 
     # ---------------------------------------------------- gradient reduction
 
