@@ -168,14 +168,9 @@ func TestGPTEndToEnd(t *testing.T) {
 			t.Fatalf("the loaded job did not continue at step 10:\n%s", lastLines(out, 30))
 		}
 		// The two runs' losses together are the reference's 20.
-		var a, b map[string]any
+		var a map[string]any
 		readJSON(t, filepath.Join(first, "run.json"), &a)
-		readJSON(t, filepath.Join(second, "run.json"), &b)
-		b["losses"] = append(a["losses"].([]any), b["losses"].([]any)...)
-		data, _ := json.Marshal(b)
-		if err := os.WriteFile(filepath.Join(second, "run.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		prependLosses(t, filepath.Join(second, "run.json"), a["losses"].([]any))
 		compareGPT(t, second, env, "run.npz", filepath.Join(ref, "ref.npz"))
 	})
 	// A rank dies (kill -9) after the checkpoint of step 10 of a 2x1x2 job
@@ -212,8 +207,7 @@ func TestGPTEndToEnd(t *testing.T) {
 		// The killed run's losses (printed to 6 decimals) are the reference's;
 		// the restarted run's (dumped) are compared exactly below, after the
 		// reference's first 10.
-		var b, r map[string]any
-		readJSON(t, filepath.Join(second, "run.json"), &b)
+		var r map[string]any
 		readJSON(t, filepath.Join(ref, "ref.json"), &r)
 		want := r["losses"].([]any)
 		for s := 0; s < 10; s++ {
@@ -225,11 +219,7 @@ func TestGPTEndToEnd(t *testing.T) {
 				t.Fatalf("step %d: loss %v before the kill, reference %v", s, l, w)
 			}
 		}
-		b["losses"] = append(want[:10:10], b["losses"].([]any)...)
-		data, _ := json.Marshal(b)
-		if err := os.WriteFile(filepath.Join(second, "run.json"), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		prependLosses(t, filepath.Join(second, "run.json"), want[:10:10])
 		compareGPT(t, second, env, "run.npz", filepath.Join(ref, "ref.npz"))
 	})
 	// Under --memory-limit (RLIMIT_AS above the start-up footprint) an
@@ -343,6 +333,18 @@ func childrenOf(pid int) []int {
 	}
 	sort.Ints(kids)
 	return kids
+}
+
+// prependLosses puts earlier steps' losses before those of a --dump's .json.
+func prependLosses(t *testing.T, path string, earlier []any) {
+	t.Helper()
+	var m map[string]any
+	readJSON(t, path, &m)
+	m["losses"] = append(earlier, m["losses"].([]any)...)
+	data, _ := json.Marshal(m)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func readJSON(t *testing.T, path string, v any) {

@@ -1,15 +1,10 @@
 package split
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
-
-	"golang.org/x/tools/txtar"
 
 	"github.com/hvdorg/hvd/codegen/spec"
 )
@@ -23,24 +18,8 @@ func TestGPTGolden(t *testing.T) {
 	} {
 		t.Run(c.name(), func(t *testing.T) {
 			r := generateGPT(t, c)
-			ar := &txtar.Archive{Comment: []byte("hvdgen split output (model.gpt); rewrite with go test -update\n")}
-			for _, p := range r.Paths() {
-				ar.Files = append(ar.Files, txtar.File{Name: p, Data: r.Files[p]})
-			}
-			got := txtar.Format(ar)
-			path := filepath.Join("testdata", "golden", "gpt-"+c.name()+".txtar")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
+			if !checkGolden(t, "gpt-"+c.name(), "hvdgen split output (model.gpt); rewrite with go test -update\n", r) {
 				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test -update creates it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s is stale (go test -update if intended)", path)
 			}
 			if again := generateGPT(t, c); !reflect.DeepEqual(r.Files, again.Files) {
 				t.Error("not deterministic")

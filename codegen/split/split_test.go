@@ -147,6 +147,32 @@ func generate(t *testing.T, c genCase) *Result {
 	return r
 }
 
+// checkGolden compares r's files with testdata/golden/<name>.txtar (with
+// -update: writes it and returns false, so the caller checks nothing more).
+func checkGolden(t *testing.T, name, comment string, r *Result) bool {
+	t.Helper()
+	ar := &txtar.Archive{Comment: []byte(comment)}
+	for _, p := range r.Paths() {
+		ar.Files = append(ar.Files, txtar.File{Name: p, Data: r.Files[p]})
+	}
+	got := txtar.Format(ar)
+	path := filepath.Join("testdata", "golden", name+".txtar")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -update creates it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s is stale (go test -update if intended)", path)
+	}
+	return true
+}
+
 func writeFiles(t *testing.T, dir string, r *Result) {
 	t.Helper()
 	for _, p := range r.Paths() {
@@ -164,24 +190,8 @@ func TestGolden(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := generate(t, c)
-			ar := &txtar.Archive{Comment: []byte("hvdgen split output; rewrite with go test -update\n")}
-			for _, p := range r.Paths() {
-				ar.Files = append(ar.Files, txtar.File{Name: p, Data: r.Files[p]})
-			}
-			got := txtar.Format(ar)
-			path := filepath.Join("testdata", "golden", c.name+".txtar")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
+			if !checkGolden(t, c.name, "hvdgen split output; rewrite with go test -update\n", r) {
 				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test -update creates it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s is stale (go test -update if intended)", path)
 			}
 			again := generate(t, c)
 			if !reflect.DeepEqual(r.Files, again.Files) {
