@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/usr/bin/python3}
-LIMIT=${LIMIT:-700}
+LIMIT=${LIMIT:-850}
 STEPS=${STEPS:-4}
 LR=${LR:-1e-3}
 out=build/gpt-memory
