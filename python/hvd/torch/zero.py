@@ -24,7 +24,7 @@ from collections import OrderedDict
 import torch
 
 from hvd.common.process_sets import global_process_set, set_id
-from hvd.torch.mpi_ops import (Average, Max, Sum, allgather_async, allreduce, poll, rank, reducescatter_async,
+from hvd.torch.mpi_ops import (Average, Max, Sum, allreduce, broadcast_async_, poll, rank, reducescatter_async,
                                synchronize)
 
 # Optimizers of torch.optim whose update of an element reads only that
@@ -337,19 +337,20 @@ class ShardedOptimizer(torch.optim.Optimizer):
                         inner[k] = v
 
     def _allgather_params(self):
+        """Every member's updated slice into every member's bucket: an
+        allgather done as D in-place broadcasts per bucket (member r's slice
+        from r), which the engine writes straight into the bucket's memory —
+        the same bytes as an allgather, without an output buffer and a copy
+        per bucket (hvd's allgather returns a new tensor)."""
         if self._d == 1:
             return
-        window = max(2 * self.bucket_bytes, 1)
-        inflight = []
-
-        def finish(b, h):
-            b.flat.copy_(synchronize(h).reshape(-1))
+        handles = []
         for b in self.buckets:
-            inflight.append((b, allgather_async(b.shard, name=b.name + '.ag', process_set=self.process_set)))
-            while len(inflight) > 1 and sum(x.numel * x.flat.element_size() for x, _ in inflight) > window:
-                finish(*inflight.pop(0))
-        for b, h in inflight:
-            finish(b, h)
+            for r, root in enumerate(self.process_set.ranks):
+                handles.append(broadcast_async_(b.flat[r * b.part:(r + 1) * b.part], root_rank=root,
+                                                name='%s.ag%d' % (b.name, r), process_set=self.process_set))
+        for h in handles:
+            synchronize(h)
 
     def _end_step(self):
         for p in self._delay:
