@@ -12,7 +12,8 @@ exp_avg_sq, SGD's momentum) is 1/D of the unsharded one.
 
 step(): each bucket's gradient is reduce-scattered over the set (rank i
 receives the average of slice i), the inner optimizer steps the slices, and
-the updated slices are allgathered back into the buckets. Stage 1 flattens
+the updated slices are allgathered back into the buckets (as in-place
+broadcasts: no output buffer). Stage 1 flattens
 and reduce-scatters the full gradients at step(); stage 2 does it from
 gradient hooks as each bucket's gradients become ready on the last backward
 pass of a step, and drops the full gradients (p.grad = None) once copied,
