@@ -272,6 +272,11 @@ func (w *World) connectStore() error {
 		}
 		w.server = srv
 	}
+	if id.StoreByRank0 && !id.ServeStore {
+		if err := waitForStore(id.StoreAddr, w.joinTimeout()); err != nil {
+			return err
+		}
+	}
 	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: w.joinTimeout()})
 	scope := "hvd"
 	// An MPI bootstrap's store is new for every Init (and the members of a
@@ -281,6 +286,29 @@ func (w *World) connectStore() error {
 	}
 	w.store = w.client.Store(scope)
 	return nil
+}
+
+// waitForStore waits until addr accepts TCP connections, for up to timeout:
+// where rank 0 serves the store (torch-style launches), the other ranks may
+// start first, and on a loaded machine rank 0 may take seconds to import
+// its framework before it listens. The request retries that follow assume
+// a running store.
+func waitForStore(addr string, timeout time.Duration) error {
+	start := time.Now()
+	delay := 50 * time.Millisecond
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Since(start)+delay > timeout {
+			return fmt.Errorf("%w: rank 0's rendezvous store at %s did not accept connections within %v (last error: %v): is rank 0 running, and are MASTER_ADDR/MASTER_PORT the same for every rank? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if rank 0 starts slowly)",
+				rendezvous.ErrUnavailable, addr, timeout, err)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // listenHost picks the address this rank's communicators listen on:

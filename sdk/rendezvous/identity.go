@@ -47,6 +47,11 @@ type Identity struct {
 	// already serves a c10d TCPStore (not an HTTP store) there and no worker
 	// may bind it. ServeStore is false then.
 	AgentStore bool
+	// StoreByRank0: the store is served by rank 0 of the job itself
+	// (MASTER_ADDR/MASTER_PORT without a torchelastic agent store), so the
+	// other ranks may start before it listens and wait for it (as torch's
+	// TCPStore clients do) instead of failing after the usual retries.
+	StoreByRank0 bool
 	// Secret is HVD_SECRET_KEY decoded from hex; nil when unset or empty.
 	Secret []byte
 	// Epoch is HVD_RENDEZVOUS_EPOCH (default 0); see EpochScope.
@@ -471,6 +476,7 @@ func (e env) store(id *Identity) error {
 			id.AgentStore = true
 		} else {
 			id.ServeStore = id.Rank == 0
+			id.StoreByRank0 = true
 		}
 		e.podMaster(id) // a PyTorchJob master's MASTER_ADDR=localhost (k8s.go)
 		return nil

@@ -14,10 +14,13 @@ func mapEnv(m map[string]string) func(string) (string, bool) {
 }
 
 // ident fills the fields every case shares.
+// ident is the expected identity; the fixtures' MASTER_ADDR store
+// (node0:29500) is served by rank 0 of the job (StoreByRank0).
 func ident(src string, rank, size, lr, ls, cr, cs int, store string, serve bool) Identity {
 	return Identity{
 		Rank: rank, Size: size, LocalRank: lr, LocalSize: ls, CrossRank: cr, CrossSize: cs,
-		Hostname: "h", StoreAddr: store, ServeStore: serve, Timeout: 30 * time.Second, Source: src,
+		Hostname: "h", StoreAddr: store, ServeStore: serve, StoreByRank0: store == "node0:29500",
+		Timeout: 30 * time.Second, Source: src,
 	}
 }
 
