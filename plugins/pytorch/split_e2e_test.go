@@ -23,30 +23,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// tokensPy is the user's train.data and train.loss for tinygpt: sequences
-// from a fixed random Markov chain over the vocabulary (targets: the next
-// token) and the cross-entropy of the logits.
-const tokensPy = `import torch
-import torch.nn.functional as F
-
-from tinygpt import SEQ, VOCAB
-
-
-def batches(step, batch_size, seed):
-    table = torch.Generator().manual_seed(seed + 7)
-    probs = (torch.randn(VOCAB, VOCAB, generator=table, dtype=torch.float64) * 3).softmax(-1)
-    g = torch.Generator().manual_seed(seed * 1000003 + step)
-    ids = torch.empty(batch_size, SEQ + 1, dtype=torch.long)
-    ids[:, 0] = torch.randint(VOCAB, (batch_size,), generator=g)
-    for t in range(SEQ):
-        ids[:, t + 1] = torch.multinomial(probs[ids[:, t]], 1, generator=g).squeeze(1)
-    return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
-
-
-def cross_entropy(logits, targets):
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-`
-
 // The whole path a user takes, with the real plugin code: a GPT written as
 // a module whose forward runs a ModuleList of blocks (token ids in, through
 // an embedding module), the user's data (token ids) and cross-entropy named
@@ -58,7 +34,7 @@ def cross_entropy(logits, targets):
 func TestSplitGPTFactoryTrainsLikeReference(t *testing.T) {
 	needTorch(t)
 	lib, hvdrun := plugintest.Runtime(t)
-	project := factoryDir(t, map[string]string{"tinygpt.py": tinyGPTPy, "tokens.py": tokensPy})
+	project := factoryDir(t, map[string]string{"tinygpt.py": tinyGPTPy(t), "tokens.py": simFixture(t, "tokens.py")})
 	y := []byte(`version: 1
 project: tinygpt
 framework: pytorch

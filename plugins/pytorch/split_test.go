@@ -110,68 +110,24 @@ def broken():
 `
 
 // tinyGPTPy is a GPT written the way people write one (a ModuleList of
-// blocks, token ids in), and the ways to write one that hvdgen cannot cut.
-const tinyGPTPy = `"""A small GPT written the way people write one: a ModuleList of blocks; and ways to write one that
-hvdgen cannot cut."""
-import math
+// blocks, token ids in: codegen/split's simulation fixture, shared), and
+// the ways to write one that hvdgen cannot cut.
+func tinyGPTPy(t *testing.T) string {
+	return simFixture(t, "tinygpt.py") + "\n\n" + tinyGPTUncuttable
+}
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+// simFixture reads one of codegen/split's simulation fixtures
+// (testdata/sim), which the plugin's tests share.
+func simFixture(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "codegen", "split", "testdata", "sim", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
 
-VOCAB, SEQ, HIDDEN, HEADS, BLOCKS = 64, 16, 32, 4, 4
-
-
-class Embed(nn.Module):
-    """Token and position embeddings, added."""
-    def __init__(self):
-        super().__init__()
-        self.tok = nn.Embedding(VOCAB, HIDDEN)
-        self.pos = nn.Embedding(SEQ, HIDDEN)
-
-    def forward(self, ids):
-        return self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
-
-
-class Block(nn.Module):
-    """Causal self-attention and an MLP, LayerNorm before each, residuals inside the block."""
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(HIDDEN), nn.LayerNorm(HIDDEN)
-        self.qkv, self.proj = nn.Linear(HIDDEN, 3 * HIDDEN), nn.Linear(HIDDEN, HIDDEN)
-        self.mlp = nn.Sequential(nn.Linear(HIDDEN, 4 * HIDDEN), nn.GELU(), nn.Linear(4 * HIDDEN, HIDDEN))
-
-    def forward(self, x):
-        b, t, h = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(h, dim=2)
-        q, k, v = (z.view(b, t, HEADS, h // HEADS).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(h // HEADS)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, h))
-        return x + self.mlp(self.ln2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = Embed()
-        self.blocks = nn.ModuleList([Block() for _ in range(BLOCKS)])
-        self.ln_f = nn.LayerNorm(HIDDEN)
-        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
-
-    def forward(self, ids):
-        x = self.embed(ids)
-        for b in self.blocks:
-            x = b(x)
-        return self.head(self.ln_f(x))
-
-
-def build():
-    return GPT()
-
-
-class PosParam(GPT):
+const tinyGPTUncuttable = `class PosParam(GPT):
     """The position embedding as a bare nn.Parameter on the model."""
     def __init__(self):
         super().__init__()
@@ -408,7 +364,7 @@ func TestSplitFactory(t *testing.T) {
 // factory model's own output.
 func TestSplitFactoryModuleList(t *testing.T) {
 	needTorch(t)
-	dir := factoryDir(t, map[string]string{"tinygpt.py": tinyGPTPy})
+	dir := factoryDir(t, map[string]string{"tinygpt.py": tinyGPTPy(t)})
 	y := splitSpec("  factory: tinygpt:build\n  input_shape: [16]\n  input_dtype: int64\n", 2, 2)
 	s, err := spec.Parse("hvd.yaml", y)
 	if err != nil {
@@ -505,7 +461,7 @@ func TestInspectErrors(t *testing.T) {
 		"nets.py":     netsPy,
 		"needsdep.py": "import torch\nimport no_such_dependency\n",
 		"syntax.py":   "def f(:\n",
-		"tinygpt.py":  tinyGPTPy,
+		"tinygpt.py":  tinyGPTPy(t),
 	})
 	const gpt = "  input_shape: [16]\n  input_dtype: int64\n"
 	for _, c := range []struct {
