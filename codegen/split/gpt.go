@@ -279,6 +279,11 @@ func gptPartition(costs []gptCost, l GPTLayout, rows int) (*partition.Plan, erro
 	return plan, nil
 }
 
+// gptDefaultRows is the sequences per micro-batch of the generated job's
+// default batch (config.BATCH_SIZE), at which the partition weighs
+// activations and the memory table estimates them.
+const gptDefaultRows = 2
+
 type gptData struct {
 	SpecName, Project                      string
 	Vocab, SeqLen, Hidden, Heads, Blocks   int
@@ -313,14 +318,13 @@ func GenerateGPT(s *spec.Spec, importRoot string) (*Result, error) {
 	l := GPTLayout{Tensor: max(pl.Tensor, 1), Stages: pl.Stages, Replicas: pl.DataParallel, Virtual: max(pl.VirtualStages, 1),
 		MicroBatches: pl.MicroBatches, Schedule: pl.Schedule, Zero: pl.Zero, Recompute: pl.Recompute}
 	costs := gptCosts(g, l.Tensor, l.Recompute)
-	d0 := 2 // sequences per micro-batch at the default batch
-	plan, err := gptPartition(costs, l, d0)
+	plan, err := gptPartition(costs, l, gptDefaultRows)
 	if err != nil {
 		return nil, spec.ErrorList{s.ErrorAt("parallel", "%v", err)}
 	}
 	sets, uses := GPTSets(l, g.Tied)
 	d := &gptData{SpecName: filepath.Base(s.File()), Project: s.Project, Vocab: g.Vocab, SeqLen: g.SeqLen, Hidden: g.Hidden,
-		Heads: g.Heads, Blocks: g.Blocks, FFN: g.FFN, Tied: g.Tied, L: l, BatchSize: 2 * l.Replicas * l.MicroBatches,
+		Heads: g.Heads, Blocks: g.Blocks, FFN: g.FFN, Tied: g.Tied, L: l, BatchSize: gptDefaultRows * l.Replicas * l.MicroBatches,
 		Data: "None", Loss: "None", ImportRoot: pyString(importRoot)}
 	if d.SpecName == "." || d.SpecName == "" {
 		d.SpecName = "hvd.yaml"
