@@ -118,7 +118,9 @@ test-mpi:
 	else echo "test-mpi: SKIP: no Open MPI development files (pkg-config ompi-c) or mpirun: apt-get install openmpi-bin libopenmpi-dev"; fi
 
 # The test suite (unit, in-process conformance, multi-process end to end).
-test:
+# build and python first: e2e/readme_test.go runs the README's own lines
+# (bin/hvdrun, build/python) as printed.
+test: build python
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 	$(MAKE) test-mpi

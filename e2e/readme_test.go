@@ -32,6 +32,17 @@ func readmeBlock(t *testing.T, marker string) string {
 	return ""
 }
 
+// readmeBuilt fails unless the checkout has what the README's lines run:
+// bin/hvdrun and build/python (make build python; make test does).
+func readmeBuilt(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{"../bin/hvdrun", "../build/python/hvd/libhvd.so"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("the README's lines need %s: run make build python first (make test does): %v", p, err)
+		}
+	}
+}
+
 // readmeEnv is the environment the README's commands run in: this one,
 // without PYTHONPATH.
 func readmeEnv() []string {
@@ -46,6 +57,7 @@ func readmeEnv() []string {
 
 func TestREADMEOwnScriptFromAnotherDirectory(t *testing.T) {
 	pythonPackage(t)
+	readmeBuilt(t)
 	block := readmeBlock(t, "train.py     # import hvd.torch as hvd")
 	var line string
 	for _, l := range strings.Split(block, "\n") {
@@ -81,6 +93,7 @@ func TestREADMEOwnScriptFromAnotherDirectory(t *testing.T) {
 
 func TestREADMEElasticOnOneMachine(t *testing.T) {
 	pythonPackage(t)
+	readmeBuilt(t)
 	block := readmeBlock(t, "elastic_train.py")
 	// The block writes /tmp/discover.sh: the test's own folder instead.
 	disc := filepath.Join(t.TempDir(), "discover.sh")

@@ -5,19 +5,23 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
 // The C ABI's synchronous allreduce (AllreduceIntoDriving, WaitFromC)
 // sleeps in the kernel holding its processor; with fewer processors than
 // such callers it must not: with GOMAXPROCS=1 every op would otherwise wait
 // out the kernel sleep's limit (2 ms) before the engine could run. 200 ops
-// on two in-process ranks, each on a locked thread as a C caller's, must
-// take well under 200 × 2 ms, with results checked.
+// on two in-process ranks, each on a locked thread as a C caller's, with
+// results checked: the sleeps that reached their limit are counted (a
+// starved engine makes every op's sleep reach it; a wall-clock bound failed
+// under CI's load at 371 ms against 400 ms for full starvation).
 func TestWaitFromCNeverStarvesTheEngine(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ws := mustWorlds(t, 2, worldOpts{})
 	const ops = 200
-	start := time.Now()
+	start, timeouts := time.Now(), engine.KernelWaitTimeouts()
 	each(t, ws, func(w *World) error {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -33,7 +37,8 @@ func TestWaitFromCNeverStarvesTheEngine(t *testing.T) {
 		}
 		return nil
 	})
-	if d := time.Since(start); d > ops*kernelWaitLimit/2 {
-		t.Fatalf("%d synchronous allreduces took %v with one processor: the kernel sleeps starved the engine", ops, d)
+	if n := engine.KernelWaitTimeouts() - timeouts; n > ops/10 {
+		t.Fatalf("%d synchronous allreduces with one processor: %d kernel sleeps reached their %v limit (took %v): the sleeps starved the engine",
+			ops, n, kernelWaitLimit, time.Since(start))
 	}
 }

@@ -106,6 +106,7 @@ func (h *Handle) WaitKernel(limit time.Duration) error {
 		for h.bell.Load() == 0 {
 			left := time.Until(deadline)
 			if left <= 0 {
+				kernelWaitTimeouts.Add(1)
 				break
 			}
 			kernelSleep(&h.bell, left)
@@ -115,6 +116,15 @@ func (h *Handle) WaitKernel(limit time.Duration) error {
 	<-h.done
 	return h.err
 }
+
+// kernelWaitTimeouts counts WaitKernel sleeps that reached their limit
+// before the op completed.
+var kernelWaitTimeouts atomic.Int64
+
+// KernelWaitTimeouts reports how many WaitKernel sleeps reached their
+// limit before the op completed, since the process started: a caller whose
+// sleep holds the processor the engine needs reaches it every time.
+func KernelWaitTimeouts() int64 { return kernelWaitTimeouts.Load() }
 
 // WaitDriving is Wait for a caller whose goroutine is locked to its OS
 // thread (a C caller through libhvd): while the engine goroutine is only
