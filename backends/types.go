@@ -8,8 +8,10 @@
 // registry of backends (registry.go), dtypes and the reduction kernels
 // (reduce.go, generated assembly), and the Store used to exchange addresses.
 // Concrete backends live in subpackages: backends/tcp (any set), backends/shm
-// (one host), backends/hier (sets that span hosts: shm inside, tcp between);
-// backends/conformance is the suite every backend runs.
+// (one host), backends/hier (sets that span hosts: shm inside, tcp between),
+// backends/mpi (the MPI data plane, build tag mpi) and backends/nccl (the
+// GPU data plane; NCCL loaded at run time); backends/conformance is the
+// suite every backend runs. Each registers itself (registry.go).
 package backends
 
 import (

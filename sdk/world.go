@@ -4,8 +4,9 @@
 // package backends.
 //
 // A World is one rank's view of a job: its identity (rank, size, local and
-// cross ranks, computed after rendezvous), its process sets and one
-// communicator per process set it belongs to. The package-level Init,
+// cross ranks, computed after rendezvous), its process sets and, for each
+// set it belongs to, two communicators (the engine's planes, and a second
+// mesh for send/recv and direct use) with one engine. The package-level Init,
 // Shutdown and Current manage a process-wide World as Horovod's hvd.init()
 // does; Start gives an independent World (several in one process run ranks
 // as goroutines in tests).

@@ -7,8 +7,8 @@
 //
 // It is built with cgo against the system MPI (Open MPI's libmpi, found
 // with pkg-config ompi-c) behind the build tag "mpi" (make build-mpi,
-// make python-mpi); the default build has no MPI and this file alone, and
-// Built reports false. docs/mpi.md says which build to pick.
+// make python-mpi); the default build compiles only this file and
+// built_other.go (Built reports false, nothing registers). docs/mpi.md says which build to pick.
 //
 // Requirements: MPI_THREAD_MULTIPLE (every process set's engine calls MPI
 // from its own goroutine, so calls on different communicators run
