@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/gob"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/internal/elasticproto"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 	"golang.org/x/sys/unix"
 )
@@ -32,7 +32,7 @@ import (
 const DefaultElasticTimeout = 600 * time.Second
 
 // ElasticScope is the store scope the driver writes (never epoch-mapped).
-const ElasticScope = "elastic"
+const ElasticScope = elasticproto.Scope
 
 // AssignGrace is how much longer than HOROVOD_ELASTIC_TIMEOUT a worker
 // waits for the next world's assignment. The driver waits up to the same
@@ -78,18 +78,16 @@ type FailureReporter interface {
 // FailedKey is the key (scope "elastic") of the failure report that worker
 // reporter writes about the world of epoch N (docs/elastic.md): its value
 // is the worker id of the peer whose failure broke that world.
-func FailedKey(epoch int, reporter string) string {
-	return "failed." + strconv.Itoa(epoch) + "." + reporter
-}
+func FailedKey(epoch int, reporter string) string { return elasticproto.FailedKey(epoch, reporter) }
 
 // reportTimeout bounds the write of a failure report.
 const reportTimeout = 2 * time.Second
 
 // Assignment and WorkerAssignment are the protocol's JSON values, defined
-// once in sdk/rendezvous.
+// once in internal/elasticproto.
 type (
-	Assignment       = rendezvous.Assignment
-	WorkerAssignment = rendezvous.WorkerAssignment
+	Assignment       = elasticproto.Assignment
+	WorkerAssignment = elasticproto.WorkerAssignment
 )
 
 // HostsUpdatedError is Horovod's HostsUpdatedInterrupt: the driver changed
@@ -182,7 +180,7 @@ func NewWorker(cfg Config) (*Worker, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
-	wid, _ := getenv("HVD_ELASTIC_WORKER_ID")
+	wid, _ := getenv(elasticproto.EnvWorkerID)
 	if wid = strings.TrimSpace(wid); wid == "" {
 		return nil, fmt.Errorf("%w: HOROVOD_ELASTIC is set but HVD_ELASTIC_WORKER_ID is not: elastic workers are started by hvdrun's elastic driver (hvdrun --min-np/--host-discovery-script)", ErrInvalidArgument)
 	}
@@ -434,19 +432,19 @@ func peerCulprit(err error, ranks []int) (int, bool) {
 }
 
 func (k *Worker) readEpoch(ctx context.Context) (int, bool, error) {
-	v, ok, err := k.store.TryGet(ctx, "epoch")
+	v, ok, err := k.store.TryGet(ctx, elasticproto.EpochKey)
 	if err != nil || !ok {
 		return 0, false, err
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(v)))
+	n, err := elasticproto.ParseEpoch(v)
 	if err != nil {
-		return 0, false, fmt.Errorf("hvd: elastic/epoch holds %q, not an integer", v)
+		return 0, false, err
 	}
 	return n, true, nil
 }
 
 func (k *Worker) waitAssign(ctx context.Context, epoch int) (Assignment, error) {
-	key := "assign." + strconv.Itoa(epoch)
+	key := elasticproto.AssignKey(epoch)
 	wctx, cancel := context.WithTimeout(ctx, k.timeout+k.grace)
 	defer cancel()
 	v, err := k.store.Get(wctx, key)
@@ -454,19 +452,7 @@ func (k *Worker) waitAssign(ctx context.Context, epoch int) (Assignment, error) 
 		return Assignment{}, fmt.Errorf("hvd: elastic worker %s: no assignment %s/%s within %v (HOROVOD_ELASTIC_TIMEOUT + %v): is hvdrun's elastic driver running? %w",
 			k.id, ElasticScope, key, k.timeout, k.grace, err)
 	}
-	var a Assignment
-	if err := json.Unmarshal(v, &a); err != nil {
-		return Assignment{}, fmt.Errorf("hvd: elastic/%s is not an assignment: %v", key, err)
-	}
-	if a.Epoch != epoch || a.Size < 1 {
-		return Assignment{}, fmt.Errorf("hvd: elastic/%s holds epoch %d, size %d", key, a.Epoch, a.Size)
-	}
-	for wid, m := range a.Workers {
-		if m.Size != a.Size || m.Rank < 0 || m.Rank >= a.Size {
-			return Assignment{}, fmt.Errorf("hvd: elastic/%s: worker %s has rank %d of %d in a world of %d", key, wid, m.Rank, m.Size, a.Size)
-		}
-	}
-	return a, nil
+	return elasticproto.ParseAssignment(epoch, v)
 }
 
 // Shutdown closes the current world (its pending ops fail with
@@ -502,15 +488,12 @@ func (k *Worker) RegisterResetCallbacks(fns ...func()) {
 // HostsUpdated reads elastic/hosts_updated: the driver's seq and flags (ok
 // false while it was never written).
 func (k *Worker) HostsUpdated(ctx context.Context) (seq int64, flags int, ok bool, err error) {
-	v, ok, err := k.store.TryGet(ctx, "hosts_updated")
+	v, ok, err := k.store.TryGet(ctx, elasticproto.HostsUpdatedKey)
 	if err != nil || !ok {
 		return 0, 0, false, err
 	}
-	s, f, found := strings.Cut(strings.TrimSpace(string(v)), ",")
-	seq, err1 := strconv.ParseInt(s, 10, 64)
-	flags, err2 := strconv.Atoi(f)
-	if !found || err1 != nil || err2 != nil {
-		return 0, 0, false, fmt.Errorf("hvd: elastic/hosts_updated holds %q, not <seq>,<flags>", v)
+	if seq, flags, err = elasticproto.ParseHostsUpdated(v); err != nil {
+		return 0, 0, false, err
 	}
 	return seq, flags, true, nil
 }

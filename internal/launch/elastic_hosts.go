@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hvdorg/hvd/sdk/rendezvous"
+	"github.com/hvdorg/hvd/internal/elasticproto"
 )
 
 // This file holds the pure parts of the elastic driver (docs/elastic.md):
@@ -265,10 +265,10 @@ func SameWorld(a, b []Slot) bool {
 }
 
 // Assignment and WorkerAssignment are the protocol's JSON values, defined
-// once in sdk/rendezvous.
+// once in internal/elasticproto.
 type (
-	Assignment       = rendezvous.Assignment
-	WorkerAssignment = rendezvous.WorkerAssignment
+	Assignment       = elasticproto.Assignment
+	WorkerAssignment = elasticproto.WorkerAssignment
 )
 
 // NewAssignment builds the assignment of world epoch from its slots and the

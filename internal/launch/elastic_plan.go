@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"github.com/hvdorg/hvd/internal/elasticproto"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -102,7 +103,7 @@ func (p *ElasticPlan) WorkerEnv(id string, epoch int) []KV {
 	return []KV{
 		{"HOROVOD_ELASTIC", "1"},
 		{"HOROVOD_ELASTIC_TIMEOUT", strconv.Itoa(int(p.Timeout / time.Second))},
-		{"HVD_ELASTIC_WORKER_ID", id},
-		{"HVD_RENDEZVOUS_EPOCH", strconv.Itoa(epoch)},
+		{elasticproto.EnvWorkerID, id},
+		{elasticproto.EnvEpoch, strconv.Itoa(epoch)},
 	}
 }

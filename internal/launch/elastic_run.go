@@ -15,6 +15,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/hvdorg/hvd/internal/elasticproto"
+	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
 // The elastic driver (docs/elastic.md, "Launcher"). One goroutine, the
@@ -23,7 +26,7 @@ import (
 // goroutine (supervisor.add), both reporting over channels.
 
 // ScopeElastic is the store scope the driver publishes worlds in.
-const ScopeElastic = "elastic"
+const ScopeElastic = elasticproto.Scope
 
 // eWorker is one elastic worker process.
 type eWorker struct {
@@ -391,12 +394,12 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	if epoch > 0 {
 		plan := map[string]int{}
 		for k, v := range RendezvousPlan(next) {
-			plan[epochScope(k, epoch)] = v
+			plan[rendezvous.EpochScope(k, epoch)] = v
 		}
 		d.store.AddPlan(plan)
 	}
-	d.store.Set(ScopeElastic, "assign."+strconv.Itoa(epoch), a.JSON())
-	d.store.Set(ScopeElastic, "epoch", []byte(strconv.Itoa(epoch)))
+	d.store.Set(ScopeElastic, elasticproto.AssignKey(epoch), a.JSON())
+	d.store.Set(ScopeElastic, elasticproto.EpochKey, elasticproto.EncodeEpoch(epoch))
 
 	inNext := map[string]bool{}
 	for _, s := range next {
@@ -434,7 +437,7 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 	if d.flags != 0 && prev != nil {
 		seq := max(now.UnixNano(), d.lastSeq+1)
 		d.lastSeq = seq
-		d.store.Set(ScopeElastic, "hosts_updated", []byte(fmt.Sprintf("%d,%d", seq, int(d.flags))))
+		d.store.Set(ScopeElastic, elasticproto.HostsUpdatedKey, elasticproto.EncodeHostsUpdated(seq, int(d.flags)))
 	}
 	d.flags = 0
 	msg := fmt.Sprintf("world %d: %s on %s", epoch, plural(len(next), "worker"), FormatAvailable(d.order, hostSlots(next)))
@@ -460,15 +463,6 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 // "[<host>:<slot>]<stdout>:" — horovodrun's "[rank]<stdout>:" with the worker
 // id, which unlike the rank stays the same across worlds.
 func WorkerPrefix(id, stream string) string { return "[" + id + "]<" + stream + ">:" }
-
-// epochScope is rendezvous.EpochScope (kept here so that launch does not
-// import the SDK).
-func epochScope(scope string, epoch int) string {
-	if epoch <= 0 {
-		return scope
-	}
-	return scope + ".e" + strconv.Itoa(epoch)
-}
 
 func hostSlots(slots []Slot) map[string]int {
 	m := map[string]int{}
@@ -720,7 +714,7 @@ func (d *elasticDriver) checkReports(now time.Time) {
 	if d.world == nil || d.finishing || d.store == nil {
 		return
 	}
-	prefix := "failed." + strconv.Itoa(d.epoch) + "."
+	prefix := elasticproto.FailedPrefix(d.epoch)
 	reports := d.store.Prefixed(ScopeElastic, prefix)
 	if len(reports) == 0 {
 		return

@@ -1,38 +1,5 @@
 package rendezvous
 
-import "encoding/json"
-
-// Assignment is the value of elastic/assign.<N> (docs/elastic.md): the
-// world of epoch N, written by hvdrun's elastic driver and read by the
-// workers (sdk) — one definition for both sides of the protocol.
-type Assignment struct {
-	Epoch   int                         `json:"epoch"`
-	Size    int                         `json:"size"`
-	Workers map[string]WorkerAssignment `json:"workers"`
-	Removed []string                    `json:"removed"`
-}
-
-// JSON encodes the assignment (keys of Workers sorted, as encoding/json
-// does).
-func (a Assignment) JSON() []byte {
-	b, err := json.Marshal(a)
-	if err != nil {
-		panic(err) // plain data
-	}
-	return b
-}
-
-// WorkerAssignment is one worker's identity in an Assignment.
-type WorkerAssignment struct {
-	Rank      int    `json:"rank"`
-	Size      int    `json:"size"`
-	LocalRank int    `json:"local_rank"`
-	LocalSize int    `json:"local_size"`
-	CrossRank int    `json:"cross_rank"`
-	CrossSize int    `json:"cross_size"`
-	Hostname  string `json:"hostname"`
-}
-
 // Set stores value under key in scope, exactly as an authenticated
 // PUT /<scope>/<key> would (requests held by ?wait_ms on the key are answered).
 // It is for the process that owns the server: hvdrun's elastic driver writes
