@@ -54,6 +54,9 @@ type Op struct {
 
 	h   Handle
 	req Request // what was negotiated (kept for the response cache)
+	// UnixNano of Enqueue, of the round that first took it and of its
+	// execution's start, stamped only with a Config.Meter (meter.go).
+	enqAt, pickAt, execAt int64
 }
 
 // Handle is the result of an Op. Wait and Poll are safe from any goroutine.
@@ -206,6 +209,9 @@ type Config struct {
 	// round every Heartbeat checks that the peers are still there (see
 	// heartbeatIn). 0 disables it.
 	Heartbeat time.Duration
+	// Meter, when set, counts ops, bytes and phase times for the job's
+	// metrics (meter.go); nil costs nothing.
+	Meter *Meter
 }
 
 // Engine runs one process set's negotiation and execution on its own

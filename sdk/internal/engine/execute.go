@@ -36,6 +36,7 @@ func (e *Engine) complete(o *Op, err error) {
 	e.mu.Unlock()
 	if err == nil {
 		e.tl().End(o.Name, o.In.DType.String(), o.h.Out.Shape)
+		e.meterDone(o)
 	}
 	o.h.err = err
 	o.h.finish()
@@ -48,6 +49,7 @@ func (e *Engine) execute(r *Response) error {
 	for _, n := range r.Names {
 		e.tl().NegotiateEnd(n)
 	}
+	e.meterExecute(r)
 	switch r.Type {
 	case Error:
 		for _, o := range e.entries(r) {

@@ -77,6 +77,9 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 			ReduceOp: o.ReduceOp, Prescale: o.Prescale, Postscale: o.Postscale, Root: int32(o.Root),
 			Group: o.Group, GroupSize: int32(o.GroupSize), Priority: o.Priority}
 		e.queue = append(e.queue, o.req)
+		if e.cfg.Meter != nil {
+			o.enqAt = nanotime()
+		}
 		e.tl().NegotiateStart(o.Name, o.Type.String())
 	}
 	if len(e.queue) == len(ops) { // the queue was empty: the pickup clock starts
@@ -207,6 +210,7 @@ func (e *Engine) loop() {
 // error it stops the engine and returns false. The caller holds e.drv.
 func (e *Engine) step() bool {
 	e.pace()
+	e.meterPicked()
 	e.tl().MarkCycleStart()
 	e.busy.Store(true)
 	err := e.round()

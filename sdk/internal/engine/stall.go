@@ -22,6 +22,9 @@ func (e *Engine) stallCheck() error {
 	}
 	e.lastStall = time.Now()
 	stalled := e.coord.Pending(time.Now().Add(-e.cfg.StallWarning))
+	if e.cfg.Meter != nil {
+		e.cfg.Meter.stalls(stalled, e.cfg.StallWarning)
+	}
 	if len(stalled) == 0 {
 		return nil
 	}
