@@ -19,11 +19,9 @@ import (
 // test renders every golden case and checks each `hvd.<name>` in the
 // generated Python against the module's source:
 //
-//   - hvd.torch: python/hvd/torch/__init__.py;
-//   - hvd.tensorflow, hvd.mxnet: the plugins' templates
-//     (plugins/<fw>/templates/[<fw>/]__init__.py.tmpl; the plugins are package main,
-//     so their adapters cannot be imported here), which re-export names
-//     from hvd.numpy (python/hvd/numpy/__init__.py).
+//   - hvd.torch, hvd.tensorflow, hvd.mxnet: python/hvd/<fw>/__init__.py
+//     (the TensorFlow and MXNet plugins write those sources as they are),
+//     which re-export names from their own modules and hvd.numpy.
 //
 // A name must be defined at module level (def, class, assignment or an
 // import, followed into python/hvd/... for hvd.* modules). For calls to a
@@ -36,12 +34,6 @@ import (
 // hvdModuleSource maps an hvd.* module to its source, relative to this
 // package's directory.
 func hvdModuleSource(module string) (string, bool) {
-	switch module {
-	case "hvd.tensorflow":
-		return "../../plugins/tensorflow/templates/tensorflow/__init__.py.tmpl", true
-	case "hvd.mxnet":
-		return "../../plugins/mxnet/templates/__init__.py.tmpl", true
-	}
 	if !strings.HasPrefix(module, "hvd.") && module != "hvd" {
 		return "", false
 	}

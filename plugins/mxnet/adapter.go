@@ -1,8 +1,6 @@
 package main
 
 import (
-	_ "embed"
-
 	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
@@ -10,22 +8,20 @@ import (
 	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
-//go:embed templates/__init__.py.tmpl
-var initTemplate string
-
-// adapter is the MXNet plugin: hvd.common, hvd.numpy and hvd.mxnet rendered
-// from templates/__init__.py.tmpl (kind "package"), and the split generator
+// adapter is the MXNet plugin: hvd.common, hvd.numpy and hvd.mxnet (real
+// sources in python/hvd/mxnet) plus the rendered hvd/mxnet/_plugin.py (kind
+// "package"), and the split generator
 // for declared layers (kind "split"; a factory model is refused: only the
 // PyTorch plugin imports and times a factory model).
 func adapter() plugin.FrameworkAdapter {
-	return splitgen.WithSplit(templated(), spec.MXNet, nil, refused)
+	return splitgen.WithSplit(pkg(), spec.MXNet, nil, refused)
 }
 
 // refused says why a factory model cannot be split.
 const refused = "MXNet models cannot be inspected by hvd-plugin-mxnet (factory inspection runs only for PyTorch models)"
 
-func templated() pypkg.Templated {
-	return pypkg.Templated{
+func pkg() pypkg.Adapter {
+	return pypkg.Adapter{
 		Name: "mxnet",
 		Framework: pyprobe.Framework{
 			Module: "mxnet",
@@ -35,7 +31,7 @@ func templated() pypkg.Templated {
 			Supported: pyprobe.MustRange(">=1.6,<2"),
 		},
 		// The same list feeds Describe and the generated code.
-		DTypes:   []string{"uint8", "int8", "int32", "int64", "float16", "float32", "float64", "bool"},
-		Template: initTemplate,
+		DTypes:  []string{"uint8", "int8", "int32", "int64", "float16", "float32", "float64", "bool"},
+		Modules: []string{"hvd/mxnet"},
 	}
 }

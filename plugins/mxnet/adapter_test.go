@@ -6,8 +6,9 @@ import (
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 )
 
-// What is checked without MXNet: the contract, the generated module against
-// testdata/package.txtar, and that every generated Python file
+// What is checked without MXNet: the contract, the file list and the
+// rendered hvd/mxnet/_plugin.py against testdata/package.txtar (the sources
+// are python/hvd's, written as they are: pypkg's tests), and that every generated Python file
 // byte-compiles. real_test.go runs it under a real MXNet.
 
 func TestPackage(t *testing.T) {
@@ -18,6 +19,6 @@ func TestPackage(t *testing.T) {
 	if _, ok := set.Lookup("hvd/numpy/__init__.py"); !ok {
 		t.Error("the mxnet package lacks hvd.numpy, its runtime path")
 	}
-	t.Run("Golden", func(t *testing.T) { plugintest.Golden(t, set, []string{"hvd/mxnet/__init__.py"}, "package") })
+	t.Run("Golden", func(t *testing.T) { plugintest.Golden(t, set, []string{"hvd/mxnet/_plugin.py"}, "package") })
 	t.Run("PyCompile", func(t *testing.T) { plugintest.PyCompile(t, set) })
 }

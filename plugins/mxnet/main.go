@@ -9,8 +9,9 @@
 //     variants, allgather, broadcast/broadcast_, alltoall, reducescatter on
 //     mx.nd.NDArray, each with MXNet's `priority` argument, process sets,
 //     DistributedOptimizer, DistributedTrainer, broadcast_parameters) on the
-//     numpy-level core with zero copy on the CPU (see docs/frameworks.md),
-//     rendered from templates/__init__.py.tmpl;
+//     numpy-level core with zero copy on the CPU (see docs/frameworks.md):
+//     the sources in python/hvd/mxnet, embedded, and the rendered
+//     hvd/mxnet/_plugin.py (versions and dtypes);
 //   - generate "split": the model-parallel job for an hvd.yaml with declared
 //     layers (codegen/split); a factory model is refused with a positioned
 //     error asking for declared layers.

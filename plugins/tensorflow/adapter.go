@@ -1,9 +1,6 @@
 package main
 
 import (
-	"embed"
-	"io/fs"
-
 	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
@@ -11,26 +8,21 @@ import (
 	"github.com/hvdorg/hvd/sdk/plugin"
 )
 
-// templates holds the generated modules: tensorflow/__init__.py.tmpl is
-// hvd.tensorflow, tensorflow/keras/*.tmpl hvd.tensorflow.keras, keras/*.tmpl
-// hvd.keras (the same API under Horovod's other name).
-//
-//go:embed all:templates
-var templates embed.FS
-
-// adapter is the TensorFlow plugin: hvd.common, hvd.numpy and hvd.tensorflow
-// rendered from templates/__init__.py.tmpl (kind "package"), and the split
+// adapter is the TensorFlow plugin: hvd.common, hvd.numpy, hvd.tensorflow
+// (with hvd.tensorflow.keras) and hvd.keras (the same Keras API under
+// Horovod's other name), real sources in python/hvd, plus the rendered
+// hvd/tensorflow/_plugin.py (kind "package"), and the split
 // generator for declared layers (kind "split"; a factory model is refused:
 // only the PyTorch plugin imports and times a factory model).
 func adapter() plugin.FrameworkAdapter {
-	return splitgen.WithSplit(templated(), spec.TensorFlow, nil, refused)
+	return splitgen.WithSplit(pkg(), spec.TensorFlow, nil, refused)
 }
 
 // refused says why a factory model cannot be split.
 const refused = "TensorFlow models cannot be inspected by hvd-plugin-tensorflow (factory inspection runs only for PyTorch models)"
 
-func templated() pypkg.Templated {
-	return pypkg.Templated{
+func pkg() pypkg.Adapter {
+	return pypkg.Adapter{
 		Name: "tensorflow",
 		Framework: pyprobe.Framework{
 			Module: "tensorflow",
@@ -41,14 +33,7 @@ func templated() pypkg.Templated {
 			Supported: pyprobe.MustRange(">=2.12,<2.16"),
 		},
 		// The same list feeds Describe and the generated code.
-		DTypes:    []string{"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"},
-		Templates: must(fs.Sub(templates, "templates")),
+		DTypes:  []string{"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"},
+		Modules: []string{"hvd/tensorflow", "hvd/keras"},
 	}
-}
-
-func must(f fs.FS, err error) fs.FS {
-	if err != nil {
-		panic(err)
-	}
-	return f
 }

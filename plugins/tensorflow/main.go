@@ -9,7 +9,9 @@
 //     hvd.tensorflow (Horovod's TF2 API: collectives with their gradients,
 //     process sets, DistributedGradientTape, DistributedOptimizer, the *_op
 //     helpers), hvd.tensorflow.keras and hvd.keras (DistributedOptimizer,
-//     callbacks, load_model), rendered from templates/ (see docs/frameworks.md);
+//     callbacks, load_model): the sources in python/hvd/tensorflow and
+//     python/hvd/keras, embedded, and the rendered hvd/tensorflow/_plugin.py
+//     (versions and dtypes; see docs/frameworks.md);
 //   - generate "split": the model-parallel job for an hvd.yaml with declared
 //     layers (codegen/split); a factory model is refused with a positioned
 //     error asking for declared layers.
