@@ -47,6 +47,7 @@ type knobs struct {
 	shmSlot     int           // HVD_SHM_SLOT_BYTES (0 = backend default)
 	tcpSndBuf   int           // HVD_TCP_SNDBUF; < 0: chosen per connection
 	encrypt     string        // HVD_ENCRYPT: off, cross-host or all ("" = off)
+	metrics     metricsKnobs  // HVD_METRICS_* (metrics.go)
 	unsupported []string      // Horovod knobs that are set but mean nothing here
 }
 
@@ -175,6 +176,21 @@ var knobTable = []knobSpec{
 	{name: "HVD_ENCRYPT", kind: kindEnum, choices: []string{"off", "cross-host", "all"},
 		doc: "encrypt and authenticate TCP data connections (AES-256-GCM, keys from HVD_SECRET_KEY, which it needs): off, cross-host (peers on other hosts) or all (hvdrun --encrypt)",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.encrypt = s }},
+	{name: "HVD_METRICS_PORT", kind: kindInt, min: 1, max: 65535, unit: "port",
+		doc: "rank 0 serves the job's Prometheus metrics (/metrics) and status page (/, /status.json) on this port (jobs not started by hvdrun: mpirun, srun, Spark, Ray); every rank publishes its counters (docs/observability.md)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.metrics.port = int(f); k.metrics.publish = true }},
+	{name: "HVD_METRICS_ADDR", kind: kindString,
+		doc: "the address rank 0 binds HVD_METRICS_PORT to (default 127.0.0.1; beyond loopback every request needs the token derived from HVD_SECRET_KEY: docs/security.md)",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.metrics.addr = s }},
+	{name: "HVD_METRICS_TOKEN_FILE", kind: kindString,
+		doc: "rank 0 writes the metrics token there (mode 0600) for Prometheus's authorization.credentials_file",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.metrics.tokenFile = s }},
+	{name: "HVD_METRICS_PUBLISH", kind: kindBool,
+		doc: "every rank publishes its counters into the job's store once a second, for the launcher to serve (set by hvdrun --metrics-port)",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.metrics.publish = k.metrics.publish || b }},
+	{name: "HVD_METRICS_INTERVAL_SECONDS", kind: kindFloat, min: 0.05, max: 3600, unit: "seconds",
+		doc: "how often a rank publishes its counters (default 1)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.metrics.interval = seconds(f) }},
 }
 
 // ignoredKnobs are Horovod settings hvd accepts and does not act on: when

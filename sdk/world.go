@@ -102,6 +102,8 @@ type World struct {
 	dynSeq  atomic.Int64 // names of the agreement allgathers
 	reg     *setRegistry // process set specs, ids and free ids (setspecs.go)
 
+	metrics *metrics // HVD_METRICS_* (metrics.go); nil when off
+
 	mu     sync.RWMutex
 	sets   map[int]*ProcessSet
 	order  []int
@@ -236,6 +238,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	for _, msg := range reg.commit(plan, id.Epoch) {
 		w.logf("%s", msg)
 	}
+	w.startMetrics()
 	ok = true
 	return w, nil
 }
@@ -442,7 +445,7 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
 			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.backend.Label, CacheCapacity: w.knobs.cache,
 			CycleTime: w.knobs.cycle, Heartbeat: heartbeat, Params: params, Tuner: tuner,
-			Spin: w.engineSpin(),
+			Spin: w.engineSpin(), Meter: w.newMeter(),
 		})
 		if err != nil {
 			return err
@@ -467,6 +470,7 @@ func (w *World) Close() error {
 }
 
 func (w *World) shutdownAll() {
+	w.stopMetrics()
 	w.mu.Lock()
 	sets := w.sets
 	w.sets = map[int]*ProcessSet{}

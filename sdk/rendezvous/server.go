@@ -102,6 +102,7 @@ type Server struct {
 	newConns map[net.Conn]struct{} // accepted, no request read yet
 
 	requests atomic.Int64 // every request seen, for tests
+	counts   reqCounts    // by method and refusal (Stats)
 	now      func() time.Time
 }
 
@@ -243,6 +244,7 @@ func (s *Server) closeNewConns() {
 }
 
 func (s *Server) fail(w http.ResponseWriter, code int, format string, args ...any) {
+	s.counts.refuse(code)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
@@ -259,6 +261,7 @@ func (s *Server) failClosed(w http.ResponseWriter) {
 // to satisfy http.Handler (so the store can also be mounted in tests).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
+	s.counts.request(r.Method)
 	w.Header().Set(HeaderStore, "1")
 	select {
 	case <-s.closing:
@@ -414,6 +417,10 @@ type ServerStats struct {
 	// PendingBodyBytes is the budget taken by bodies being read and not
 	// yet verified (MaxPendingBodyBytes).
 	PendingBodyBytes int64
+	// ByMethod counts requests by HTTP method; Refused error answers by
+	// status code (401: authentication failed).
+	ByMethod map[string]int64
+	Refused  map[int]int64
 }
 
 // Stats reports what the server holds (for tests and soak checks).
@@ -423,6 +430,7 @@ func (s *Server) Stats() ServerStats {
 		Evicted:          s.ln.evicted.Load(),
 		PendingBodyBytes: s.budget.inUse(MaxPendingBodyBytes),
 	}
+	st.ByMethod, st.Refused = s.counts.snapshot()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for scope, kv := range s.data {
