@@ -229,5 +229,8 @@ func (e *Engine) Pending() (n int, oldest time.Duration) {
 	return len(e.table) + len(e.joins), oldest
 }
 
+// Meter is the engine's Meter (nil: none).
+func (e *Engine) Meter() *Meter { return e.cfg.Meter }
+
 // Library is the data plane's timeline label (Config.Library).
 func (e *Engine) Library() string { return e.cfg.Library }
