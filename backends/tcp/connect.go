@@ -87,7 +87,10 @@ func mac(secret []byte, role byte, prefix string, from, to uint32, nonce []byte,
 // flagEncrypt is bit 0 of fD and fA in the handshake.
 const flagEncrypt = 1
 
-func addrKey(prefix string, rank int) string { return prefix + "/addr/" + strconv.Itoa(rank) }
+func addrKey(prefix string, rank int) string { return addrPrefix(prefix) + strconv.Itoa(rank) }
+
+// addrPrefix is what precedes the rank in the address keys.
+func addrPrefix(prefix string) string { return prefix + "/addr/" }
 
 // storeCleanupTimeout bounds a best-effort delete of this rank's keys.
 const storeCleanupTimeout = 2 * time.Second
@@ -227,10 +230,23 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 		defer close(acceptDone)
 		c.acceptPeers(ctx, ln.(*net.TCPListener), cfg, c.size-1-c.rank, results)
 	}()
-	// Dial lower ranks.
+	// Dial lower ranks. A store that reads many keys in one request
+	// gives every lower rank's address at once: one request instead of
+	// one per peer (n²/2 for the mesh; rendezvous.Client.GetRange).
+	var addrs [][]byte
+	if g, ok := cfg.Store.(backends.StoreRangeGetter); ok && c.rank > 0 {
+		var err error
+		if addrs, err = g.GetRange(ctx, addrPrefix(cfg.Prefix), 0, c.rank); err != nil {
+			return fmt.Errorf("hvd: tcp: rank %d: addresses of ranks 0-%d not published: %w", c.rank, c.rank-1, err)
+		}
+	}
 	for peer := 0; peer < c.rank; peer++ {
+		var addr []byte
+		if addrs != nil {
+			addr = addrs[peer]
+		}
 		go func(peer int) {
-			conn, sec, err := c.dialPeer(ctx, cfg, peer)
+			conn, sec, err := c.dialPeer(ctx, cfg, peer, addr)
 			results <- result{peer: peer, conn: conn, sec: sec, err: err}
 		}(peer)
 	}
@@ -315,10 +331,13 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-func (c *Comm) dialPeer(ctx context.Context, cfg *Config, peer int) (*net.TCPConn, *secure, error) {
-	addr, err := cfg.Store.Get(ctx, addrKey(cfg.Prefix, peer))
-	if err != nil {
-		return nil, nil, fmt.Errorf("hvd: tcp: rank %d: address of rank %d not published: %w", c.rank, peer, err)
+// dialPeer connects to peer at addr (nil: read it from the store first).
+func (c *Comm) dialPeer(ctx context.Context, cfg *Config, peer int, addr []byte) (*net.TCPConn, *secure, error) {
+	if addr == nil {
+		var err error
+		if addr, err = cfg.Store.Get(ctx, addrKey(cfg.Prefix, peer)); err != nil {
+			return nil, nil, fmt.Errorf("hvd: tcp: rank %d: address of rank %d not published: %w", c.rank, peer, err)
+		}
 	}
 	var d net.Dialer
 	for {

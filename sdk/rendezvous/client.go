@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -123,9 +124,11 @@ func (c *Client) Put(ctx context.Context, scope, key string, value []byte) error
 	if value == nil {
 		value = []byte{}
 	}
-	if _, err := c.do(ctx, http.MethodPut, scope, key, "", value); err != nil {
+	resp, err := c.do(ctx, http.MethodPut, scope, key, "", value)
+	if err != nil {
 		return c.ctxErr(ctx, err, "PUT", scope, key, start)
 	}
+	c.noteServer(resp)
 	return nil
 }
 
@@ -166,37 +169,55 @@ func (c *Client) Delete(ctx context.Context, scope, key string) error {
 // scope, store and elapsed time, and says to raise
 // HOROVOD_GLOO_TIMEOUT_SECONDS.
 func (c *Client) Get(ctx context.Context, scope, key string) ([]byte, error) {
+	return c.wait(ctx, scope, key, "")
+}
+
+// wait is Get with extra query parameters (param: "" or "name=value").
+func (c *Client) wait(ctx context.Context, scope, key, param string) ([]byte, error) {
 	start := c.now()
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	delay := pollMin
 	first := true
+	waitingFor := key // a range answer names the key still missing
 	for {
-		query := ""
+		var query []string
+		if param != "" {
+			query = append(query, param)
+		}
+		held := false // the server holds this request (wait_ms)
 		if !first && c.longPoll.Load() {
 			wait := longPollChunk
 			if dl, ok := ctx.Deadline(); ok {
 				wait = min(wait, time.Until(dl))
 			}
 			if wait >= time.Millisecond {
-				query = "?wait_ms=" + strconv.FormatInt(wait.Milliseconds(), 10)
+				query = append(query, "wait_ms="+strconv.FormatInt(wait.Milliseconds(), 10))
+				held = true
 			}
 		}
-		resp, err := c.do(ctx, http.MethodGet, scope, key, query, nil)
+		q := ""
+		if len(query) > 0 {
+			q = "?" + strings.Join(query, "&")
+		}
+		resp, err := c.do(ctx, http.MethodGet, scope, key, q, nil)
 		if err != nil {
-			return nil, c.ctxErr(ctx, err, "wait", scope, key, start)
+			return nil, c.ctxErr(ctx, err, "wait", scope, waitingFor, start)
 		}
 		if resp.status == http.StatusOK {
 			return resp.body, nil
 		}
 		c.noteServer(resp)
-		if !c.longPoll.Load() || (query == "" && !first) {
+		if m, err := url.PathUnescape(resp.header.Get(headerMissing)); err == nil && m != "" {
+			waitingFor = m
+		}
+		if !c.longPoll.Load() || (!held && !first) {
 			t := time.NewTimer(delay)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				return nil, c.ctxErr(ctx, ctx.Err(), "wait", scope, key, start)
+				return nil, c.ctxErr(ctx, ctx.Err(), "wait", scope, waitingFor, start)
 			}
 			delay = min(2*delay, pollMax)
 		}

@@ -301,7 +301,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	wait, err := parseQuery(r.Method, r.URL.RawQuery)
+	qr, err := parseQuery(r.Method, r.URL.RawQuery)
+	wait := qr.wait
 	if err != nil {
 		s.fail(w, http.StatusBadRequest, "%v", err)
 		return
@@ -316,7 +317,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "0")
 		w.WriteHeader(http.StatusOK)
 	case http.MethodGet:
-		v, err := s.get(r.Context(), scope, key, wait)
+		var v []byte
+		var err error
+		if qr.ranged {
+			var missing string
+			v, missing, err = s.getRange(r.Context(), scope, key, qr.lo, qr.hi, wait)
+			if v == nil && err == nil {
+				w.Header().Set(headerMissing, url.PathEscape(missing))
+			}
+		} else {
+			v, err = s.get(r.Context(), scope, key, wait)
+		}
 		switch {
 		case errors.Is(err, ErrClosed):
 			s.failClosed(w)
@@ -414,6 +425,8 @@ type ServerStats struct {
 	// (MaxStrangerConns).
 	Strangers int
 	Evicted   int64
+	// Requests counts every request the server has seen.
+	Requests int64
 	// PendingBodyBytes is the budget taken by bodies being read and not
 	// yet verified (MaxPendingBodyBytes).
 	PendingBodyBytes int64
@@ -428,6 +441,7 @@ func (s *Server) Stats() ServerStats {
 	st := ServerStats{
 		Strangers:        s.ln.strangers(),
 		Evicted:          s.ln.evicted.Load(),
+		Requests:         s.requests.Load(),
 		PendingBodyBytes: s.budget.inUse(MaxPendingBodyBytes),
 	}
 	st.ByMethod, st.Refused = s.counts.snapshot()
@@ -447,36 +461,52 @@ func (s *Server) Stats() ServerStats {
 	return st
 }
 
-// parseQuery accepts only "wait_ms=N" on GET, 0 <= N; N is capped at MaxWait.
-func parseQuery(method, raw string) (time.Duration, error) {
+// query is what a request's query string asks for.
+type query struct {
+	wait time.Duration // wait_ms: hold a GET until the key(s) exist
+	// rng: a GET of the keys <key>LO … <key>HI-1 in one answer (batch.go).
+	ranged bool
+	lo, hi int
+}
+
+// parseQuery accepts only "wait_ms=N" (0 <= N, capped at MaxWait) and
+// "range=LO-HI" (batch.go), both on GET only.
+func parseQuery(method, raw string) (query, error) {
+	var qr query
 	if raw == "" {
-		return 0, nil
+		return qr, nil
 	}
 	q, err := url.ParseQuery(raw)
 	if err != nil {
-		return 0, fmt.Errorf("bad query %q: %v", raw, err)
+		return qr, fmt.Errorf("bad query %q: %v", raw, err)
 	}
-	var wait time.Duration
 	for k, vs := range q {
-		if k != "wait_ms" {
-			return 0, fmt.Errorf("unknown query parameter %q (only wait_ms on GET)", k)
+		if k != "wait_ms" && k != "range" {
+			return qr, fmt.Errorf("unknown query parameter %q (only wait_ms and range on GET)", k)
 		}
 		if method != http.MethodGet {
-			return 0, fmt.Errorf("wait_ms is only allowed on GET, not %s", method)
+			return qr, fmt.Errorf("%s is only allowed on GET, not %s", k, method)
 		}
 		if len(vs) != 1 {
-			return 0, fmt.Errorf("wait_ms given %d times", len(vs))
+			return qr, fmt.Errorf("%s given %d times", k, len(vs))
+		}
+		if k == "range" {
+			if qr.lo, qr.hi, err = parseRange(vs[0]); err != nil {
+				return qr, err
+			}
+			qr.ranged = true
+			continue
 		}
 		ms, err := strconv.ParseInt(vs[0], 10, 64)
 		if err != nil || ms < 0 {
-			return 0, fmt.Errorf("wait_ms=%q is not a non-negative integer of milliseconds", vs[0])
+			return qr, fmt.Errorf("wait_ms=%q is not a non-negative integer of milliseconds", vs[0])
 		}
 		if ms > MaxWait.Milliseconds() {
 			ms = MaxWait.Milliseconds()
 		}
-		wait = time.Duration(ms) * time.Millisecond
+		qr.wait = time.Duration(ms) * time.Millisecond
 	}
-	return wait, nil
+	return qr, nil
 }
 
 func (s *Server) put(scope, key string, value []byte) {
@@ -498,6 +528,20 @@ func (s *Server) put(scope, key string, value []byte) {
 // get returns the value (non-nil, possibly empty) or nil when the key is
 // still absent after wait; ErrClosed when the server closes meanwhile.
 func (s *Server) get(ctx context.Context, scope, key string, wait time.Duration) ([]byte, error) {
+	v, _, err := s.await(ctx, scope, wait, func(kv map[string][]byte) ([]byte, string) {
+		if v, ok := kv[key]; ok {
+			return v, ""
+		}
+		return nil, key
+	})
+	return v, err
+}
+
+// await holds a GET until look finds what it needs in scope's keys (it
+// returns the answer, or nil and the key still missing, called with s.mu
+// held), wait passes (nil, and the key still missing) or the server
+// closes (ErrClosed).
+func (s *Server) await(ctx context.Context, scope string, wait time.Duration, look func(kv map[string][]byte) ([]byte, string)) ([]byte, string, error) {
 	expired := wait <= 0
 	var timeout <-chan time.Time
 	if !expired {
@@ -505,16 +549,17 @@ func (s *Server) get(ctx context.Context, scope, key string, wait time.Duration)
 		defer t.Stop()
 		timeout = t.C
 	}
-	wk := waitKey{scope, key}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
-		if v, ok := s.data[scope][key]; ok {
-			return v, nil
+		v, missing := look(s.data[scope])
+		if missing == "" {
+			return v, "", nil
 		}
 		if expired {
-			return nil, nil
+			return nil, missing, nil
 		}
+		wk := waitKey{scope, missing}
 		wt := s.waiters[wk]
 		if wt == nil {
 			wt = &waiter{ch: make(chan struct{})}
@@ -538,7 +583,7 @@ func (s *Server) get(ctx context.Context, scope, key string, wait time.Duration)
 			delete(s.waiters, wk)
 		}
 		if closed {
-			return nil, ErrClosed
+			return nil, "", ErrClosed
 		}
 	}
 }

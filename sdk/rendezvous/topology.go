@@ -81,20 +81,23 @@ func ComputeTopology(ctx context.Context, st backends.Store, rank, size int, hos
 	if err := st.Set(ctx, "topology/"+strconv.Itoa(rank), []byte(hostKey)); err != nil {
 		return Topology{}, fmt.Errorf("hvd: rendezvous: topology: rank %d publishing its host key: %w", rank, err)
 	}
+	// Every rank's key in one request where the store can (batch.go).
+	vs, err := backends.GetRange(ctx, st, "topology/", 0, size)
+	if err != nil {
+		return Topology{}, fmt.Errorf("hvd: rendezvous: topology: rank %d waiting for the other ranks' host keys: %w", rank, err)
+	}
 	keys := make([]string, size)
-	keys[rank] = hostKey
-	for r := range size {
-		if r == rank {
-			continue
-		}
-		v, err := st.Get(ctx, "topology/"+strconv.Itoa(r))
-		if err != nil {
-			return Topology{}, fmt.Errorf("hvd: rendezvous: topology: rank %d waiting for rank %d's host key: %w", rank, r, err)
-		}
+	for r, v := range vs {
 		keys[r] = string(v)
 	}
+	keys[rank] = hostKey
 	return TopologyFromHosts(keys, rank), nil
 }
+
+// TopologyKey is the key under which rank publishes its host key: the first
+// thing every rank of a round writes (an elastic worker that waits for a
+// peer reads it to tell who has not joined).
+func TopologyKey(rank int) string { return "topology/" + strconv.Itoa(rank) }
 
 // HostKey returns the key that decides which ranks share a host:
 //

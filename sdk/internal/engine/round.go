@@ -88,20 +88,49 @@ type roundPlan struct {
 // responses out of the cache (marking them used) and erases the invalid
 // entries: steps every rank takes alike, so the caches stay identical.
 func decide(local localStatus, all [][]uint64, cache *Cache) roundPlan {
-	W := local.words
-	var flags uint64
-	common := make([]uint64, W)
-	invalidAll := make([]uint64, W)
-	for i := range common {
-		common[i] = ^uint64(0)
-	}
+	sum := NewStatusSummary(local.words, 0)
 	for _, v := range all {
-		flags |= v[0]
-		for i := 0; i < W; i++ {
-			common[i] &= v[1+i]
-			invalidAll[i] |= v[1+W+i]
-		}
+		CombineStatus(sum, v, local.words)
 	}
+	return decideSummary(local, sum, cache)
+}
+
+// NewStatusSummary returns the identity of CombineStatus for status vectors
+// over a cache of words words (and extra trailing words, taken from the
+// first vector combined into it): no flags, every hit bit set, no invalid bit.
+func NewStatusSummary(words, extra int) []uint64 {
+	s := make([]uint64, 1+2*words, 1+2*words+extra)
+	for i := 1; i <= words; i++ {
+		s[i] = ^uint64(0)
+	}
+	return s
+}
+
+// CombineStatus folds status vector v into the summary sum: OR of the
+// flags, AND of the hit bits, OR of the invalid bits. It is associative
+// and commutative, and decide needs nothing of the members' vectors but
+// their combination, so a host leader can combine its members' vectors
+// and pass one on (hierarchical negotiation): the plan is the same as from
+// the flat exchange. Words beyond the cache vectors (the settings set rank
+// 0 publishes) are taken from the first vector that has them, so combine
+// set rank 0's (or its host's summary) first.
+func CombineStatus(sum, v []uint64, words int) []uint64 {
+	sum[0] |= v[0]
+	for i := 0; i < words; i++ {
+		sum[1+i] &= v[1+i]
+		sum[1+words+i] |= v[1+words+i]
+	}
+	if len(sum) == 1+2*words && len(v) > len(sum) {
+		sum = append(sum, v[len(sum):]...)
+	}
+	return sum
+}
+
+// decideSummary is decide from the combination of every member's status
+// vector (CombineStatus).
+func decideSummary(local localStatus, sum []uint64, cache *Cache) roundPlan {
+	W := local.words
+	flags, common, invalidAll := sum[0], sum[1:1+W], sum[1+W:1+2*W]
 	uncached := append([]Request(nil), local.uncached...)
 	cached := make([]Response, 0, len(local.hits)) // sized: appending 200 Responses one by one was a third of a batch's allocation
 	cachedReq := make([]Request, 0, len(local.hits))

@@ -1,0 +1,114 @@
+// batch.go: reading a range of keys in one request. When every rank needs
+// a value of every other rank (host keys, listen addresses), key-by-key
+// reads cost the store n² requests per world: 2.1 million at 1,024 ranks,
+// minutes on one store (docs/performance.md, "Scale"). One GET
+// /<scope>/<prefix>?range=LO-HI answers with the values of <prefix>LO …
+// <prefix>HI-1, held (wait_ms) until all exist. Only hvd's server has it;
+// against Horovod's the client reads key by key.
+
+package rendezvous
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+)
+
+// headerMissing names, on a range GET answered 404, the first key still
+// missing (path-escaped), so a timeout can say whom the rank waited for.
+const headerMissing = "X-Hvd-Missing"
+
+// MaxRange bounds the keys one range request may name.
+const MaxRange = 1 << 16
+
+// parseRange reads "LO-HI" (0 <= LO < HI, HI-LO <= MaxRange).
+func parseRange(v string) (lo, hi int, err error) {
+	a, b, ok := strings.Cut(v, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || lo < 0 || hi <= lo || hi-lo > MaxRange {
+		return 0, 0, fmt.Errorf("range=%q: want LO-HI with 0 <= LO < HI and at most %d keys", v, MaxRange)
+	}
+	return lo, hi, nil
+}
+
+// getRange answers a range GET: every value, each preceded by its length
+// (uvarint), or nil and the first key still missing after wait.
+func (s *Server) getRange(ctx context.Context, scope, prefix string, lo, hi int, wait time.Duration) ([]byte, string, error) {
+	return s.await(ctx, scope, wait, func(kv map[string][]byte) ([]byte, string) {
+		size := 0
+		for i := lo; i < hi; i++ {
+			k := prefix + strconv.Itoa(i)
+			v, ok := kv[k]
+			if !ok {
+				return nil, k
+			}
+			size += binary.MaxVarintLen32 + len(v)
+		}
+		out := make([]byte, 0, size)
+		for i := lo; i < hi; i++ {
+			v := kv[prefix+strconv.Itoa(i)]
+			out = binary.AppendUvarint(out, uint64(len(v)))
+			out = append(out, v...)
+		}
+		return out, ""
+	})
+}
+
+// decodeRange splits a range answer into its n values.
+func decodeRange(b []byte, n int) ([][]byte, error) {
+	vs := make([][]byte, 0, n)
+	for range n {
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, fmt.Errorf("%w: a range answer of %d values is cut short after %d", ErrBadRequest, n, len(vs))
+		}
+		vs = append(vs, b[k:k+int(l)])
+		b = b[k+int(l):]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: a range answer of %d values has %d bytes too many", ErrBadRequest, n, len(b))
+	}
+	return vs, nil
+}
+
+// GetRange waits until the keys prefix+"lo" … prefix+"hi-1" exist in scope
+// and returns their values: one request (long-polled) against this
+// package's server, one Get per key against Horovod's (the client knows
+// which after its first answer).
+func (c *Client) GetRange(ctx context.Context, scope, prefix string, lo, hi int) ([][]byte, error) {
+	if hi-lo > MaxRange {
+		return nil, fmt.Errorf("%w: a range of %d keys, over %d", ErrBadRequest, hi-lo, MaxRange)
+	}
+	if lo >= hi {
+		return nil, nil
+	}
+	if !c.longPoll.Load() {
+		vs := make([][]byte, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			v, err := c.Get(ctx, scope, prefix+strconv.Itoa(i))
+			if err != nil {
+				return nil, err
+			}
+			vs = append(vs, v)
+		}
+		return vs, nil
+	}
+	b, err := c.wait(ctx, scope, prefix, "range="+strconv.Itoa(lo)+"-"+strconv.Itoa(hi))
+	if err != nil {
+		return nil, err
+	}
+	return decodeRange(b, hi-lo)
+}
+
+var _ backends.StoreRangeGetter = (*scopedStore)(nil)
+
+// GetRange is Client.GetRange in the store's scope.
+func (s *scopedStore) GetRange(ctx context.Context, prefix string, lo, hi int) ([][]byte, error) {
+	return s.c.GetRange(ctx, s.scope, prefix, lo, hi)
+}

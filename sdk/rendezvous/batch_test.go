@@ -1,0 +1,72 @@
+package rendezvous
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+)
+
+// A range read waits for keys published later and answers them in order,
+// in a handful of requests instead of one per key.
+func TestGetRangeWaitsAndBatches(t *testing.T) {
+	s := newServer(t, []byte("k"))
+	c := newClient(t, ClientConfig{Addr: s.Addr(), Secret: []byte("k"), Timeout: 5 * time.Second})
+	st := c.Store("w")
+	if err := st.Set(context.Background(), "a/0", []byte("v0")); err != nil { // learns the server is hvd's
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		for i := 1; i < 40; i++ {
+			_ = st.Set(context.Background(), "a/"+strconv.Itoa(i), []byte("v"+strconv.Itoa(i)))
+		}
+	}()
+	before := s.Stats().Requests
+	vs, err := backends.GetRange(context.Background(), st, "a/", 0, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vs {
+		if string(v) != "v"+strconv.Itoa(i) {
+			t.Fatalf("value %d = %q", i, v)
+		}
+	}
+	// 39 PUTs plus the range read's few long polls (one per key it waited on at most).
+	if got := s.Stats().Requests - before - 39; got > 12 {
+		t.Fatalf("the range read took %d requests", got)
+	}
+}
+
+// A timed-out range read names the key still missing; bad ranges are 400.
+func TestGetRangeErrors(t *testing.T) {
+	s := newServer(t, nil)
+	c := newClient(t, ClientConfig{Addr: s.Addr(), Timeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	if err := c.Put(ctx, "w", "b/0", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.GetRange(ctx, "w", "b/", 0, 3)
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), `"b/1"`) {
+		t.Fatalf("want a timeout naming b/1, got %v", err)
+	}
+	for _, q := range []string{"range=3-1", "range=x", "range=0-99999999", "range=0-2&range=0-3"} {
+		resp, err := http.Get(fmt.Sprintf("http://%s/w/b%%2F?%s", s.Addr(), q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", q, resp.StatusCode)
+		}
+	}
+	if _, err := decodeRange([]byte{5, 'a'}, 1); err == nil {
+		t.Error("a cut range answer decoded")
+	}
+}
