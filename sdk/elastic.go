@@ -255,8 +255,15 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 	}
 	k.world = nil
 	target := k.base.Epoch
+	// After a failure, the live workers of the failed world join the next
+	// one at once (their collectives failed too): one that does not is
+	// reported (reportAbsent). New workers may take long to start, and
+	// after a host update the old workers come at their next commit.
+	var expected map[string]WorkerAssignment
 	if k.epoch >= 0 {
-		k.reportFailure(ctx)
+		if k.reportFailure(ctx) {
+			expected = k.assign.Workers
+		}
 		target = k.epoch + 1
 		cur, ok, err := k.readEpoch(ctx)
 		if err != nil {
@@ -278,7 +285,7 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 			k.epoch = target
 			return nil, fmt.Errorf("%w: worker %s is not part of the world of epoch %d (%d ranks); it should exit", ErrRemoved, k.id, target, a.Size)
 		}
-		w, err := k.start(ctx, target, me)
+		w, err := k.start(ctx, target, a, me, expected)
 		if err == nil {
 			k.tracef("world", target)
 			k.epoch, k.assign, k.world = target, a, w
@@ -306,7 +313,7 @@ func (k *Worker) Init(ctx context.Context) (*World, error) {
 
 // start joins the world of epoch target; the join is abandoned as soon as
 // the driver publishes a newer epoch.
-func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*World, error) {
+func (k *Worker) start(ctx context.Context, target int, a Assignment, me WorkerAssignment, expected map[string]WorkerAssignment) (*World, error) {
 	id := k.base
 	id.Rank, id.Size = me.Rank, me.Size
 	id.LocalRank, id.LocalSize, id.CrossRank, id.CrossSize = me.LocalRank, me.LocalSize, me.CrossRank, me.CrossSize
@@ -322,10 +329,12 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop, done := make(chan struct{}), make(chan struct{})
+	began := time.Now()
 	go func() {
 		defer close(done)
 		t := time.NewTicker(epochPoll)
 		defer t.Stop()
+		absent := false // reported (or checked) the workers that did not join
 		for {
 			select {
 			case <-stop:
@@ -335,6 +344,10 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 					cancel()
 					return
 				}
+				if !absent && expected != nil && time.Since(began) >= k.base.Timeout {
+					absent = true
+					k.reportAbsent(sctx, a, me.Rank, expected)
+				}
 			}
 		}
 	}()
@@ -343,6 +356,52 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 	cancel() // a store read in flight ends now (Start keeps nothing of ctx)
 	<-done
 	return w, err
+}
+
+// reportAbsent tells the driver about a worker of the world of epoch
+// target that has not joined it after HOROVOD_GLOO_TIMEOUT_SECONDS of this
+// worker waiting (docs/elastic.md, "Failures"): the first such rank's worker
+// id (its host key is missing from the world's store), among the expected
+// workers (those of the failed world this one left), goes to
+// elastic/failed.<target>.<this id>. A worker alive but stopped (SIGSTOP),
+// or cut off, never joins; without the report the survivors would wait
+// for it until HOROVOD_ELASTIC_TIMEOUT with nothing said. Runs on start's
+// poll goroutine (k.mu is held by Init: it touches only what does not
+// change during a join). Needs the job's store (k.client).
+func (k *Worker) reportAbsent(ctx context.Context, a Assignment, rank int, expected map[string]WorkerAssignment) {
+	target := a.Epoch
+	rep, ok := k.store.(FailureReporter)
+	if !ok || k.client == nil {
+		return
+	}
+	for r := range a.Size {
+		if r == rank {
+			continue
+		}
+		_, ok, err := k.client.TryGet(ctx, rendezvous.EpochScope(worldScope, target), rendezvous.TopologyKey(r))
+		if err != nil || ok {
+			continue
+		}
+		wid := ""
+		for id, m := range a.Workers {
+			if _, was := expected[id]; m.Rank == r && was {
+				wid = id
+			}
+		}
+		if wid == "" {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, reportTimeout)
+		defer cancel()
+		key := FailedKey(target, k.id)
+		if err := rep.Put(rctx, key, []byte(wid)); err != nil {
+			k.logf("hvd: elastic: reporting worker %s, which has not joined the world of epoch %d: %v", wid, target, err)
+			return
+		}
+		k.logf("hvd: elastic: worker %s (rank %d of epoch %d) has not joined the world within HOROVOD_GLOO_TIMEOUT_SECONDS (%v); reported it to the driver (%s)",
+			wid, r, target, k.base.Timeout, ElasticScope+"/"+key)
+		return
+	}
 }
 
 // reportFailure tells the driver which peer broke the world this worker
@@ -355,10 +414,11 @@ func (k *Worker) start(ctx context.Context, target int, me WorkerAssignment) (*W
 // without naming anyone (or named this worker), the value is empty: the
 // report then only says that this worker is alive and resetting, so that
 // the driver neither waits for it nor believes another survivor that
-// blamed it. Best effort, once per world; k.mu is held.
-func (k *Worker) reportFailure(ctx context.Context) {
+// blamed it. Best effort, once per world; k.mu is held. It returns whether
+// the world failed.
+func (k *Worker) reportFailure(ctx context.Context) bool {
 	if k.reported >= k.epoch {
-		return
+		return false
 	}
 	k.reported = k.epoch
 	why := k.failErr
@@ -382,7 +442,7 @@ func (k *Worker) reportFailure(ctx context.Context) {
 		}
 	}
 	if why == nil {
-		return // the world ended well (a host update, a removal)
+		return false // the world ended well (a host update, a removal)
 	}
 	wid := ""
 	for id, m := range k.assign.Workers {
@@ -392,18 +452,19 @@ func (k *Worker) reportFailure(ctx context.Context) {
 	}
 	rep, ok := k.store.(FailureReporter)
 	if !ok {
-		return
+		return true
 	}
 	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	key := FailedKey(k.epoch, k.id)
 	if err := rep.Put(rctx, key, []byte(wid)); err != nil {
 		k.logf("hvd: elastic: reporting the failure of the world of epoch %d to the driver: %v", k.epoch, err)
-		return
+		return true
 	}
 	if wid != "" {
 		k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %s", wid, culprit, k.epoch, ElasticScope+"/"+key, unprefixed(why))
 	}
+	return true
 }
 
 // peerCulprit returns the global rank of the peer err blames, when err is

@@ -243,6 +243,10 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	return w, nil
 }
 
+// worldScope is the store scope of a world's keys (epoch-mapped by the
+// client): topology, communicator addresses, failure reasons.
+const worldScope = "hvd"
+
 // connectStore sets up the rendezvous store: the one given in Config, an
 // in-memory one for a single process, or the HTTP store (served by this
 // process when it is torch-style rank 0).
@@ -282,7 +286,7 @@ func (w *World) connectStore() error {
 		}
 	}
 	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: w.joinTimeout()})
-	scope := "hvd"
+	scope := worldScope
 	// An MPI bootstrap's store is new for every Init (and the members of a
 	// sub-communicator world may have made different numbers of Inits).
 	if w.cfg.Generation > 0 && id.Bootstrap != rendezvous.BootstrapMPI {

@@ -756,11 +756,19 @@ func (d *elasticDriver) checkReports(now time.Time) {
 		if !quorum && waited < ReportGrace {
 			continue
 		}
-		what := fmt.Sprintf("worker %s (rank %d of world %d) was reported failed by worker %s (its collectives with it failed) but still runs: its host is cut off; stopping it",
+		what := fmt.Sprintf("worker %s (rank %d of world %d) was reported failed by worker %s (its collectives with it failed, or it did not join the world) but still runs: its host is cut off; stopping it",
 			w.id, d.rankOf(w.id), d.epoch, reporter)
+		cutOff := true
+		if stopped(w.proc.cmd.Process.Pid) {
+			// Not its host: this process. The host's other workers did not
+			// fail (with a cooldown they keep running).
+			what = fmt.Sprintf("worker %s (rank %d of world %d) is stopped (SIGSTOP): it was reported failed by worker %s (its collectives with it failed, or it did not join the world); stopping it",
+				w.id, d.rankOf(w.id), d.epoch, reporter)
+			cutOff = false
+		}
 		w.failure = &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + what}
 		d.stop(w, now)
-		d.workerFailed(w, what, now, true)
+		d.workerFailed(w, what, now, cutOff)
 		return // the world has changed (or the job ended): the rest is about the old one
 	}
 }
@@ -774,6 +782,32 @@ func exiting(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
+
+// stopped reports whether process pid (a worker hvdrun started on this
+// machine) or a process it started (a shell's child, up to 3 levels down)
+// is stopped by a signal (SIGSTOP, SIGTSTP: state T in /proc): it is alive
+// but will not answer until it gets SIGCONT. False for a remote worker
+// (pid is its ssh, which runs).
+func stopped(pid int) bool {
+	for depth := 0; depth < 4; depth++ {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return false
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return true
+		}
+		kids, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+		f := strings.Fields(string(kids))
+		if err != nil || len(f) != 1 {
+			return false
+		}
+		if pid, err = strconv.Atoi(f[0]); err != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // outcomes lists what is known of every worker of the current world.

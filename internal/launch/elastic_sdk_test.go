@@ -20,12 +20,8 @@ func TestElasticSDKWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs real hvd workers")
 	}
-	bin := filepath.Join(t.TempDir(), "elastic-worker")
-	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/elastic-worker").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	r := elasticJob(t)
-	r.command = []string{bin}
+	r.command = []string{buildElasticWorker(t)}
 	r.hosts("localhost:2")
 	r.start("-np", "2", "--min-np", "1", "--host-discovery-script", r.discovery())
 	r.waitLogPrefix("localhost:0 world=0 rank=0 size=2 sum=2 step=0", "localhost:1 world=0 rank=1 size=2 sum=2 step=0")
@@ -70,6 +66,16 @@ func TestElasticSDKWorker(t *testing.T) {
 		}
 	}
 	r.finish()
+}
+
+// buildElasticWorker builds testdata/elastic-worker (a real hvd worker).
+func buildElasticWorker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "elastic-worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/elastic-worker").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // waitLogPrefix waits until the workers' log has a line starting with each

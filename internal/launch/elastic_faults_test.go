@@ -1,0 +1,124 @@
+package launch
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// waitLogMatch waits (up to limit) until the workers' log has a line
+// matching each pattern and returns the first match of each.
+func (r *eRun) waitLogMatch(limit time.Duration, patterns ...string) [][]string {
+	r.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		b, _ := os.ReadFile(filepath.Join(r.dir, "log"))
+		out := make([][]string, 0, len(patterns))
+		for _, p := range patterns {
+			if m := regexp.MustCompile("(?m)" + p).FindStringSubmatch(string(b)); m != nil {
+				out = append(out, m)
+			}
+		}
+		if len(out) == len(patterns) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("workers did not log %q within %v; log:\n%s\nstderr:\n%s", patterns, limit, b, r.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestElasticStoppedThenKilled: a SIGSTOPped worker outlives the world
+// change that another worker's kill -9 makes (issue 29: the survivors'
+// reports about the stopped worker were filed against the old world, it was
+// put into the next one, and the survivors waited for it in rendezvous with
+// no commit and no message). The survivors report the worker that does not
+// join the new world within HOROVOD_GLOO_TIMEOUT_SECONDS; the driver names
+// it as stopped, stops it, and commits resume within that timeout + 10 s
+// of the kill.
+func TestElasticStoppedThenKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real hvd workers")
+	}
+	const gloo = 3 * time.Second
+	r := elasticJob(t)
+	r.command = []string{buildElasticWorker(t)}
+	r.environ = append(r.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS=3")
+	r.hosts("localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1")
+	r.start("-np", "4", "--min-np", "2", "--host-discovery-script", r.discovery())
+	r.waitLogMatch(30*time.Second, `^localhost:0 world=0 rank=0 size=4 sum=4 `, `^127\.0\.0\.3:0 world=0 rank=3 size=4 `)
+	time.Sleep(200 * time.Millisecond)
+	stopped := r.pid("127.0.0.2:0", 0)
+	if err := syscall.Kill(stopped, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := syscall.Kill(r.pid("127.0.0.3:0", 0), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	m := r.waitLogMatch(gloo+10*time.Second,
+		`^localhost:0 world=(\d+) rank=0 size=2 sum=2 step=(\d+)`, `^127\.0\.0\.1:0 world=(\d+) rank=1 size=2 sum=2 step=(\d+)`)
+	t.Logf("kill -9 -> first step of the world without the stopped worker: %v (world %s, step %s)", time.Since(killed).Round(time.Millisecond), m[0][1], m[0][2])
+	if m[0][1] != m[1][1] || m[0][2] != m[1][2] || m[0][2] == "0" {
+		t.Errorf("the survivors resumed in worlds/steps %q and %q: want one world, the committed step (past 0)", m[0][1:], m[1][1:])
+	}
+	assertGoneWithin(t, 5*time.Second, stopped)
+	if err := os.WriteFile(r.dir+"/finish", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+	}
+	mustContain(t, "stderr", r.stderr.String(),
+		"hvdrun: elastic: worker 127.0.0.3:0 (rank 3 of world 0) exited with status 137 (killed by signal 9)\n",
+		"hvdrun: elastic: worker 127.0.0.2:0 (rank 2 of world 1) is stopped (SIGSTOP)",
+		"[localhost:0]<stderr>:hvd: elastic: worker 127.0.0.2:0 (rank 2 of epoch 1) has not joined the world within HOROVOD_GLOO_TIMEOUT_SECONDS (3s)")
+	for _, l := range strings.Split(r.stderr.String(), "\n") {
+		if strings.HasPrefix(l, "hvdrun: elastic: worker ") && strings.HasSuffix(l, "stopping it") && !strings.Contains(l, "worker 127.0.0.2:0 (rank") {
+			t.Errorf("a survivor was blamed: %s", l)
+		}
+	}
+	r.finish()
+}
+
+// TestStopped: the driver tells a stopped worker (state T) from a running
+// one, through a shell that started it too.
+func TestStopped(t *testing.T) {
+	for _, argv := range [][]string{{"sleep", "30"}, {"sh", "-c", "sleep 30; true"}} {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		target := pid
+		if argv[0] == "sh" {
+			waitFor(t, func() bool {
+				b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")
+				n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+				target = n
+				return err == nil
+			})
+		}
+		if stopped(pid) {
+			t.Errorf("%q: stopped before SIGSTOP", argv)
+		}
+		syscall.Kill(target, syscall.SIGSTOP)
+		waitFor(t, func() bool { return stopped(pid) })
+		syscall.Kill(target, syscall.SIGCONT)
+		waitFor(t, func() bool { return !stopped(pid) })
+		cmd.Process.Kill()
+		syscall.Kill(target, syscall.SIGKILL)
+		cmd.Wait()
+	}
+	if stopped(1 << 30) {
+		t.Error("a process that does not exist is stopped")
+	}
+}
