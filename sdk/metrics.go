@@ -111,7 +111,8 @@ func (m *metrics) serve(k metricsKnobs) {
 	}
 	cfg := observe.ServerConfig{Addr: net.JoinHostPort(addr, strconv.Itoa(k.port))}
 	if !observe.IsLoopback(addr) && w.id.Secret != nil {
-		cfg.Token = observe.Token(w.id.Secret)
+		token := observe.Token(w.id.Secret)
+		cfg.Token = func() string { return token }
 	}
 	if k.tokenFile != "" && w.id.Secret != nil {
 		if err := os.WriteFile(k.tokenFile, []byte(observe.Token(w.id.Secret)+"\n"), 0o600); err != nil {
@@ -119,7 +120,7 @@ func (m *metrics) serve(k metricsKnobs) {
 		}
 	}
 	mon := observe.NewMonitor(observe.Config{Interval: k.interval}, m.get, nil)
-	mon.SetWorld(w.id.Size, w.id.Epoch)
+	mon.World(w.id.Size, w.id.Epoch)
 	srv, err := observe.Listen(cfg, mon)
 	if err != nil {
 		w.logf("%v; the job runs without metrics", err)

@@ -92,7 +92,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, launch.CheckBuild(context.Background(), version.Version, finder, opts.Verbose, checkBuildTimeout))
 		return 0
 	}
-	job, err := launch.NewJob(opts, launch.Runtime{
+	rt := launch.Runtime{
 		Stdout:   stdout,
 		Stderr:   stderr,
 		Environ:  finder.Environ,
@@ -100,7 +100,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Signals:  sigs,
 
 		NewElasticStore: newElasticStore,
-	})
+	}
+	if opts.MetricsPort != 0 { // metrics.go
+		ob, err := startObserver(opts)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 2
+		}
+		defer ob.close()
+		fmt.Fprintf(stderr, "hvdrun: metrics on http://%s/metrics, status page on http://%s/\n", ob.srv.Addr(), ob.srv.Addr())
+		rt.Monitor = ob
+		rt.NewStore = func(addr string, secret []byte) (launch.StoreServer, error) {
+			s, err := newStore(addr, secret)
+			if err == nil {
+				err = ob.attach(s.(storeAdapter).Server, secret)
+			}
+			return s, err
+		}
+		rt.NewElasticStore = func(addr string, secret []byte) (launch.ElasticStore, error) {
+			s, err := newElasticStore(addr, secret)
+			if err == nil {
+				err = ob.attach(s.(storeAdapter).Server, secret)
+			}
+			return s, err
+		}
+	}
+	job, err := launch.NewJob(opts, rt)
 	if err == nil {
 		err = job.Run(context.Background())
 	}

@@ -205,6 +205,7 @@ func signalCode(sig os.Signal) int {
 
 func (d *elasticDriver) printf(format string, args ...any) {
 	d.stderr.printf("hvdrun: elastic: "+format+"\n", args...)
+	d.j.monitor().Event(fmt.Sprintf(format, args...))
 }
 
 func (d *elasticDriver) discoveryOK(hosts []Host, now time.Time) {
@@ -390,6 +391,7 @@ func (d *elasticDriver) publish(next []Slot, now time.Time) {
 		d.resets++
 	}
 	epoch := d.epoch
+	d.j.monitor().World(len(next), epoch)
 	a := NewAssignment(epoch, next, d.world)
 	if epoch > 0 {
 		plan := map[string]int{}

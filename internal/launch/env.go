@@ -93,6 +93,9 @@ func JobEnv(o *Options, rdzvAddr string, rdzvPort int) []KV {
 	if o.CacheCapacity != nil {
 		env = append(env, KV{"HOROVOD_CACHE_CAPACITY", strconv.Itoa(*o.CacheCapacity)})
 	}
+	if o.MetricsPort != 0 {
+		env = append(env, KV{"HVD_METRICS_PUBLISH", "1"}) // hvdrun serves (cmd/hvdrun/metrics.go)
+	}
 	for _, h := range []struct {
 		key string
 		v   *bool

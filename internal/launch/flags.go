@@ -23,6 +23,9 @@ type Options struct {
 	OutputDir         string        // --output-filename DIR
 	Verbose           bool          // --verbose
 	TimelineFilename  string        // --timeline-filename → HOROVOD_TIMELINE
+	MetricsPort       int           // --metrics-port: hvdrun serves /metrics and the status page (0: off)
+	MetricsAddr       string        // --metrics-addr (default 127.0.0.1)
+	MetricsTokenFile  string        // --metrics-token-file: where hvdrun writes the scrape token
 	FusionThresholdMB *float64      // --fusion-threshold-mb → HOROVOD_FUSION_THRESHOLD (bytes)
 	CycleTimeMS       *float64      // --cycle-time-ms → HOROVOD_CYCLE_TIME
 	NetworkInterfaces []string      // --network-interfaces a,b (and repeatable --network-interface)
@@ -143,6 +146,20 @@ var flagDefs = []flagDef{
 	{names: []string{"--timeline-filename"}, metavar: "FILE", takesValue: true,
 		help: "write a Horovod timeline (HOROVOD_TIMELINE)",
 		set:  func(o *Options, n, v string) error { o.TimelineFilename = v; return nil }},
+	{names: []string{"--metrics-port"}, metavar: "PORT", takesValue: true,
+		help: "serve the job's Prometheus metrics (/metrics) and live status page (/, /status.json) on PORT (docs/observability.md)",
+		set: func(o *Options, n, v string) error {
+			if err := setPositiveInt(&o.MetricsPort, n, v); err != nil || o.MetricsPort > 65535 {
+				return usageErrorf("%s %q: want a port number, 1 to 65535", n, v)
+			}
+			return nil
+		}},
+	{names: []string{"--metrics-addr"}, metavar: "ADDR", takesValue: true,
+		help: "the address --metrics-port binds (default 127.0.0.1; beyond loopback every request needs the job's metrics token)",
+		set:  func(o *Options, n, v string) error { o.MetricsAddr = v; return nil }},
+	{names: []string{"--metrics-token-file"}, metavar: "FILE", takesValue: true,
+		help: "write the metrics token there (mode 0600) for Prometheus's authorization.credentials_file",
+		set:  func(o *Options, n, v string) error { o.MetricsTokenFile = v; return nil }},
 	{names: []string{"--fusion-threshold-mb"}, metavar: "MB", takesValue: true,
 		help: "fusion buffer size in MiB (HOROVOD_FUSION_THRESHOLD, in bytes)",
 		set:  func(o *Options, n, v string) error { return setNonNegFloat(&o.FusionThresholdMB, n, v) }},

@@ -43,6 +43,8 @@ type Runtime struct {
 	// NewElasticStore starts the store of an elastic job (one the driver can
 	// write into); only elastic jobs need it.
 	NewElasticStore ElasticStoreFactory
+	// Monitor, when set, is told of processes and worlds (monitor.go).
+	Monitor Monitor
 }
 
 // Defaults for the knobs read from the environment.

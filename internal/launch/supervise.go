@@ -105,6 +105,7 @@ func (j *Job) Run(ctx context.Context) error {
 
 	s := &supervisor{job: j, stderr: stderr, exits: make(chan exitEvent, len(j.Slots))}
 	defer s.closeAll()
+	j.monitor().World(len(j.Slots), 0)
 	for _, slot := range j.Slots {
 		if ctx.Err() != nil {
 			s.interrupt(syscall.SIGTERM, "hvdrun: cancelled during start")
@@ -292,6 +293,7 @@ type supervisor struct {
 func (s *supervisor) add(w *worker) {
 	s.workers = append(s.workers, w)
 	s.running++
+	s.job.monitor().RankStarted(w.slot.Rank, w.slot.Hostname, w.cmd.Process.Pid)
 	go func() {
 		// The leader is not reaped here but in cleanup, so that its process
 		// group id stays ours (see waitExited) while hvdrun may signal it.
@@ -354,8 +356,12 @@ func (s *supervisor) wait(ctx context.Context, sigs <-chan os.Signal) {
 		select {
 		case ev := <-s.exits:
 			s.running--
-			if e := exitFailure(ev); e != nil {
+			e := exitFailure(ev)
+			if e != nil {
+				s.job.monitor().RankExited(ev.w.slot.Rank, e.Reason, true)
 				s.fail(e)
+			} else {
+				s.job.monitor().RankExited(ev.w.slot.Rank, "exited with status 0", false)
 			}
 		case sig := <-sigs:
 			if ss, ok := sig.(syscall.Signal); ok {

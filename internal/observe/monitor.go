@@ -115,9 +115,9 @@ func NewMonitor(cfg Config, get Getter, storeStats func() StoreStats) *Monitor {
 		}{}}
 }
 
-// SetWorld tells the monitor the world's size and epoch (the launcher's
+// World tells the monitor the world's size and epoch (the launcher's
 // view; elastic jobs call it for every world).
-func (m *Monitor) SetWorld(size, epoch int) {
+func (m *Monitor) World(size, epoch int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if epoch != m.epoch {
@@ -314,8 +314,9 @@ type Status struct {
 func (m *Monitor) Status(now time.Time) Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.noteStalls(now) // the warnings agree with the states below
 	st := Status{Time: now, Size: m.size, Epoch: m.epoch, Interval: m.cfg.Interval.Seconds(),
-		Stalls: slices.Clone(m.warnings), Events: slices.Clone(m.events)}
+		Stalls: append([]Event{}, m.warnings...), Events: append([]Event{}, m.events...), Ranks: []RankStatus{}, Sets: []SetStatus{}}
 	if s := m.ranks[0]; st.Size == 0 && s != nil {
 		st.Size = s.snap.Size
 	}

@@ -53,11 +53,13 @@ func IsLoopback(host string) bool {
 // ServerConfig configures Listen.
 type ServerConfig struct {
 	Addr string // host:port; host "" or 0.0.0.0 is every interface
-	// Token, required when Addr is beyond loopback (see Token), must come
-	// with every request: "Authorization: Bearer TOKEN" (Prometheus's
-	// authorization.credentials) or HTTP basic auth with TOKEN as the
-	// password (a browser's prompt).
-	Token string
+	// Token, required when Addr is beyond loopback, gives the token (see
+	// Token) every request must carry: "Authorization: Bearer TOKEN"
+	// (Prometheus's authorization.credentials) or HTTP basic auth with
+	// TOKEN as the password (a browser's prompt). It is asked at every
+	// request, so that a launcher can listen before the job's secret
+	// exists; while it returns "" every request is refused.
+	Token func() string
 }
 
 // Server answers /metrics, /status.json and /.
@@ -75,7 +77,7 @@ func Listen(cfg ServerConfig, m *Monitor) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: address %q: %v", ErrConfig, cfg.Addr, err)
 	}
-	if !IsLoopback(host) && cfg.Token == "" {
+	if !IsLoopback(host) && cfg.Token == nil {
 		return nil, fmt.Errorf("%w: serving on %s (beyond loopback) needs the job's secret to authenticate scrapes, and this job has none (HVD_SECRET_KEY); bind to 127.0.0.1 instead", ErrConfig, cfg.Addr)
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -102,7 +104,7 @@ func Listen(cfg ServerConfig, m *Monitor) (*Server, error) {
 		renderPage(w, m.Status(timeNow()), r.URL.Query().Get("fragment") != "")
 	})
 	var h http.Handler = mux
-	if cfg.Token != "" {
+	if cfg.Token != nil {
 		h = requireToken(cfg.Token, mux)
 	}
 	s := &Server{m: m, ln: ln, srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
@@ -114,16 +116,16 @@ func Listen(cfg ServerConfig, m *Monitor) (*Server, error) {
 }
 
 // requireToken refuses (401) a request without the token.
-func requireToken(token string, next http.Handler) http.Handler {
-	want := []byte(token)
+func requireToken(token func() string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		want := token()
 		got := ""
 		if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
 			got = strings.TrimPrefix(a, "Bearer ")
 		} else if _, p, ok := r.BasicAuth(); ok {
 			got = p
 		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+		if want == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Basic realm="hvd job"`)
 			http.Error(w, "hvd: metrics: authentication required: send the job's metrics token (Authorization: Bearer TOKEN, or basic auth with it as the password); see docs/security.md", http.StatusUnauthorized)
 			return
