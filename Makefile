@@ -5,7 +5,7 @@ BIN     := bin
 NP      ?= 3
 PYNP    ?= 2
 
-.PHONY: build-mpi python-mpi test-mpi all build run run-go run-split run-gpt python generate check-generated torch test test-short race vet bench bench-python anchors clean plugins proto
+.PHONY: build-mpi python-mpi test-mpi all build run run-go run-split run-gpt python generate check-generated torch test test-short race vet bench bench-python anchors simulate clean plugins proto
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
@@ -138,6 +138,11 @@ bench: build
 
 anchors:
 	bench/anchors/run_anchors.sh --np 2
+
+# The scale simulator's tables (docs/performance.md, "Scale"): N = 16, 64,
+# 256, 1,024 ranks on hosts of 8, in one process (< 5 minutes on 2 cores).
+simulate:
+	$(GO) run ./cmd/hvdsim
 
 # hvd.torch vs torch DDP (gloo) step time, Python vs Go allreduce sweep.
 bench-python: build python

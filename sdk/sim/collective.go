@@ -1,0 +1,86 @@
+package sim
+
+import "time"
+
+// Allreduce is a large allreduce's predicted time next to the bandwidth
+// bound of the cost model.
+type Allreduce struct {
+	Bytes     int64
+	Algorithm string
+	Predicted time.Duration
+	Bound     time.Duration // the bytes every host must put on its NIC, at the NIC's bandwidth
+}
+
+// PredictAllreduce is the time of an allreduce of bytes on n ranks as
+// backends/hier runs it on a set that spans hosts with
+// HOROVOD_HIERARCHICAL_ALLREDUCE (the default here; homogeneous hosts,
+// ≥ 64 KiB: allreduceSplit): a shared-memory reduce-scatter inside each
+// host (every rank folds its block from the L−1 others: one copy each), an
+// allreduce of each block among the ranks of equal local rank across
+// hosts (backends/tcp's pipelined ring: 2(H−1) steps of bytes/(L·H), the
+// L rings of a host sharing its NIC), and a shared-memory allgather. On
+// one host only the shared-memory legs run. Every step pays the link's
+// latency and per-message CPU; the ring streams, so this is an upper
+// estimate of the latency term.
+//
+// The bound is the cost model's: each host sends 2(H−1)/H·bytes through
+// its NIC in any allreduce (ring or tree), at the NIC's bandwidth.
+func PredictAllreduce(m Model, n int, bytes int64) Allreduce {
+	L := min(m.HostSize, n)
+	H := m.Hosts(n)
+	secs := func(b float64, bw float64) time.Duration { return time.Duration(b / bw * 1e9) }
+	block := float64(bytes) / float64(L)
+	var t time.Duration
+	if L > 1 {
+		// reduce-scatter and allgather inside the host: L−1 blocks each.
+		leg := time.Duration(L-1)*(m.Shm.Latency+2*m.Shm.CPU) + secs(float64(L-1)*block, m.Shm.Bandwidth)
+		t += 2 * leg
+	}
+	var bound time.Duration
+	if H > 1 {
+		steps := 2 * (H - 1)
+		perStep := float64(bytes) / float64(H) // L rings × block/H on one NIC
+		t += time.Duration(steps)*(m.Net.Latency+2*m.Net.CPU) + secs(float64(steps)*perStep, m.Net.Bandwidth)
+		bound = secs(2*float64(H-1)/float64(H)*float64(bytes), m.Net.Bandwidth)
+	}
+	return Allreduce{Bytes: bytes, Algorithm: "hier split (shm RS, cross-host ring, shm AG)", Predicted: t, Bound: bound}
+}
+
+// Connections counts one rank's TCP connections in a set of n ranks.
+type Connections struct {
+	Today  int // what sdk builds today
+	Needed int // what the algorithms in use talk to (the goal's measure)
+	Goal   int // 2·log2(n) + the host's local peers
+}
+
+// CountConnections is what a rank that is not a host leader holds in the
+// global set of n ranks (the leader holds the same): today each of the
+// set's two communicators (the engine's and the point-to-point one) is a
+// backends/hier.Comm over a full TCP mesh of the n members plus the
+// cross-host mesh of its local rank (the leaders' mesh for a leader), H−1
+// more; shared memory inside the host needs no TCP. Needed is what the
+// algorithms in use talk to past a threshold: recursive doubling of the
+// negotiation among leaders (log2 H), the two ring neighbours of the
+// cross-host ring and, for point-to-point, only the peers a program uses
+// (counted as none).
+func CountConnections(m Model, n int) Connections {
+	H := m.Hosts(n)
+	L := min(m.HostSize, n)
+	today := 2 * (n - 1)
+	if H > 1 {
+		today += 2 * (H - 1)
+	}
+	needed := 0
+	if H > 1 {
+		needed = min(2, H-1) + log2ceil(H)
+	}
+	return Connections{Today: today, Needed: needed, Goal: 2*log2ceil(n) + (L - 1)}
+}
+
+func log2ceil(n int) int {
+	k := 0
+	for 1<<k < n {
+		k++
+	}
+	return k
+}

@@ -1,0 +1,86 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestClockChargesAMessage(t *testing.T) {
+	m := DefaultModel()
+	c := NewClock(m, 16)
+	// Same host over loopback: sender CPU + bytes, latency, receiver CPU.
+	got := c.Send(0, 1, 5000, 10*time.Microsecond, m.Loopback)
+	want := 10*time.Microsecond + 2*m.Loopback.CPU + time.Microsecond + m.Loopback.Latency
+	if got != want {
+		t.Fatalf("loopback message arrives at %v, want %v", got, want)
+	}
+	// Across hosts the NIC is shared: a second rank's message waits for the first's bytes.
+	a := c.Send(2, 8, 12_500_000, 0, m.Loopback) // 1 ms at 12.5 GB/s
+	b := c.Send(3, 9, 12_500_000, 0, m.Loopback)
+	if b-a < time.Millisecond-time.Microsecond {
+		t.Fatalf("two 1 ms messages through one NIC arrive %v apart", b-a)
+	}
+	if in, out := c.Bytes(1); in != 5000 || out != 0 || c.Messages(1) != 1 {
+		t.Fatalf("rank 1: in %d out %d msgs %d", in, out, c.Messages(1))
+	}
+}
+
+// The short form of make simulate: two sizes, and what the tables must show.
+func TestRunShort(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Sizes = []int{16, 64}
+	cfg.Tensors, cfg.Repeat, cfg.KeyByKeyMax = 20, 1, 64
+	rows, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if r.CachedFlat.Negotiated || r.CachedHier.Negotiated || !r.NewFlat.Negotiated || !r.NewHier.Negotiated {
+			t.Fatalf("N=%d: cached rounds negotiated or new ones did not: %+v", r.N, r)
+		}
+		// Flat: rank 0 hears from everyone; hier: from its host and log2(hosts) leaders.
+		if r.CachedFlat.Rank0Msgs != r.N-1 {
+			t.Errorf("N=%d: flat cached round: rank 0 got %d messages, want %d", r.N, r.CachedFlat.Rank0Msgs, r.N-1)
+		}
+		if want := cfg.Model.HostSize - 1 + log2ceil(r.Hosts); r.CachedHier.Rank0Msgs != want {
+			t.Errorf("N=%d: hier cached round: rank 0 got %d messages, want %d", r.N, r.CachedHier.Rank0Msgs, want)
+		}
+		if r.Ranged.Requests*5 > r.KeyByKey.Requests {
+			t.Errorf("N=%d: range reads took %d requests, key by key %d", r.N, r.Ranged.Requests, r.KeyByKey.Requests)
+		}
+		if r.Allreduce.Predicted < r.Allreduce.Bound || r.Allreduce.Bound <= 0 {
+			t.Errorf("N=%d: allreduce predicted %v under its bound %v", r.N, r.Allreduce.Predicted, r.Allreduce.Bound)
+		}
+		if r.ElasticAf.Total <= 0 || r.ElasticAf.Survivor != r.N-8 {
+			t.Errorf("N=%d: elastic %+v", r.N, r.ElasticAf)
+		}
+	}
+	if r := rows[1]; r.CachedHier.Time >= r.CachedFlat.Time {
+		t.Errorf("N=64: hierarchical cached round %v not below the flat one %v", r.CachedHier.Time, r.CachedFlat.Time)
+	}
+}
+
+func TestConnections(t *testing.T) {
+	m := DefaultModel()
+	for _, c := range []struct{ n, today, needed, goal int }{
+		{16, 2*15 + 2*1, 1 + 1, 8 + 7},
+		{1024, 2*1023 + 2*127, 2 + 7, 20 + 7},
+	} {
+		got := CountConnections(m, c.n)
+		if got.Today != c.today || got.Needed != c.needed || got.Goal != c.goal {
+			t.Errorf("N=%d: %+v, want today %d needed %d goal %d", c.n, got, c.today, c.needed, c.goal)
+		}
+	}
+}
+
+func TestModelValidate(t *testing.T) {
+	m := DefaultModel()
+	m.Net.Bandwidth = 0
+	if m.Validate() == nil {
+		t.Fatal("a zero bandwidth was accepted")
+	}
+	if _, err := NewSet(DefaultModel(), 0, Flat, -1, -1); err == nil {
+		t.Fatal("a set of 0 members was made")
+	}
+}

@@ -1,0 +1,75 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/rendezvous"
+)
+
+// keyByKey is a store without range reads.
+type keyByKey struct{ backends.Store }
+
+// Formation is one measured world formation on the real store.
+type Formation struct {
+	Ranks    int
+	Requests int64         // HTTP requests the store served
+	Time     time.Duration // wall time until every rank had its world
+}
+
+// FormWorld measures the real rendezvous store (its HTTP server on
+// loopback, authenticated with a secret as under hvdrun) while n
+// in-process clients do what every rank's sdk.Start asks of it: publish
+// its host key and read everyone's (rendezvous.ComputeTopology, the real
+// function), then, for the engine's TCP mesh and the point-to-point one,
+// publish its listen address and read the address of every rank it dials
+// (the lower ranks, as backends/tcp's establish). hostSize ranks share a
+// host key. epoch > 0 re-forms a world in a fresh scope of the same
+// server (elastic). This measures wall time on this machine, with the
+// clients on the same cores as the server: an upper bound of the store's
+// own cost.
+// batched false hides the store's range reads (backends.StoreRangeGetter),
+// as before they existed: every value is one request.
+func FormWorld(ctx context.Context, srv *rendezvous.Server, secret []byte, n, hostSize, epoch int, batched bool) (Formation, error) {
+	before := srv.Stats().Requests
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := rendezvous.NewClient(rendezvous.ClientConfig{Addr: srv.Addr(), Secret: secret, Epoch: epoch, Timeout: 5 * time.Minute})
+			defer c.Close()
+			st := c.Store("hvd")
+			if !batched {
+				st = keyByKey{st}
+			}
+			host := "host" + strconv.Itoa(r/hostSize)
+			if _, err := rendezvous.ComputeTopology(ctx, st, r, n, host); err != nil {
+				errs <- err
+				return
+			}
+			for _, mesh := range []string{"ps0", "p2p0"} {
+				if err := st.Set(ctx, mesh+"/addr/"+strconv.Itoa(r), []byte("10.0.0.1:40000")); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := backends.GetRange(ctx, st, mesh+"/addr/", 0, r); err != nil {
+					errs <- fmt.Errorf("rank %d reading the lower ranks' addresses: %w", r, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return Formation{}, err
+	}
+	return Formation{Ranks: n, Requests: srv.Stats().Requests - before, Time: time.Since(start)}, nil
+}

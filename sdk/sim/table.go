@@ -1,0 +1,251 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/hvdorg/hvd/sdk/rendezvous"
+)
+
+// Config is what Run simulates.
+type Config struct {
+	Model   Model
+	Sizes   []int // ranks; hosts of Model.HostSize
+	Tensors int   // allreduces per training step (100)
+	Repeat  int   // steps measured per kind of round; the median is reported (3)
+	// KeyByKeyMax is the largest size whose key-by-key world formation is
+	// measured on the store; above it the time is estimated from the
+	// largest measured one's request rate and the exact request count.
+	KeyByKeyMax int
+	Bytes       int64 // the large allreduce (64 MiB)
+	// Progress, when set, is told what runs (the 1,024 runs take a while).
+	Progress func(format string, args ...any)
+}
+
+// DefaultConfig: N = 16, 64, 256, 1,024 on hosts of 8, 100 gradients a
+// step, the 64 MiB allreduce, key-by-key formation measured up to 256.
+func DefaultConfig() Config {
+	return Config{Model: DefaultModel(), Sizes: []int{16, 64, 256, 1024}, Tensors: 100, Repeat: 3, KeyByKeyMax: 256, Bytes: 64 << 20}
+}
+
+// Row is one size's results, before (today's code) and after.
+type Row struct {
+	N, Hosts                 int
+	CachedFlat, CachedHier   Round
+	NewFlat, NewHier         Round
+	Conns                    Connections
+	KeyByKey, Ranged         Formation
+	KeyByKeyEstimated        bool
+	ElasticBefore, ElasticAf Recovery
+	Allreduce                Allreduce
+}
+
+// Run simulates every size of cfg.
+func Run(ctx context.Context, cfg Config) ([]Row, error) {
+	if err := cfg.Model.Validate(); err != nil {
+		return nil, err
+	}
+	say := cfg.Progress
+	if say == nil {
+		say = func(string, ...any) {}
+	}
+	secret := []byte("hvdsim")
+	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: "127.0.0.1:0", Secret: secret})
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Close()
+	epoch := 0
+	form := func(n int, batched bool) (Formation, error) {
+		epoch++
+		return FormWorld(ctx, srv, secret, n, cfg.Model.HostSize, epoch, batched)
+	}
+	var rows []Row
+	var rate float64 // key-by-key requests per second, at the largest measured size
+	for _, n := range cfg.Sizes {
+		row := Row{N: n, Hosts: cfg.Model.Hosts(n)}
+		say("N=%d: negotiation", n)
+		for _, ctl := range []Control{Flat, Hier} {
+			cached, fresh, err := negotiation(cfg, n, ctl)
+			if err != nil {
+				return nil, err
+			}
+			if ctl == Flat {
+				row.CachedFlat, row.NewFlat = cached, fresh
+			} else {
+				row.CachedHier, row.NewHier = cached, fresh
+			}
+		}
+		row.Conns = CountConnections(cfg.Model, n)
+		row.Allreduce = PredictAllreduce(cfg.Model, n, cfg.Bytes)
+		survivors := n - min(cfg.Model.HostSize, n)
+		say("N=%d: store, range reads", n)
+		if row.Ranged, err = form(n, true); err != nil {
+			return nil, err
+		}
+		after, err := form(max(survivors, 1), true)
+		if err != nil {
+			return nil, err
+		}
+		keyByKey := func(n int) (Formation, bool, error) {
+			if n <= cfg.KeyByKeyMax || rate == 0 {
+				f, err := form(n, false)
+				if err == nil {
+					rate = float64(f.Requests) / f.Time.Seconds()
+				}
+				return f, false, err
+			}
+			f := Formation{Ranks: n, Requests: keyByKeyRequests(n)}
+			f.Time = time.Duration(float64(f.Requests) / rate * 1e9)
+			return f, true, nil
+		}
+		say("N=%d: store, key by key", n)
+		var before Formation
+		if before, _, err = keyByKey(max(survivors, 1)); err != nil {
+			return nil, err
+		}
+		if row.KeyByKey, row.KeyByKeyEstimated, err = keyByKey(n); err != nil {
+			return nil, err
+		}
+		conns := CountConnections(cfg.Model, survivors).Today
+		row.ElasticBefore = ElasticRecovery(cfg.Model, n, before.Time, conns, row.NewFlat.Time)
+		row.ElasticAf = ElasticRecovery(cfg.Model, n, after.Time, conns, row.NewHier.Time)
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// keyByKeyRequests is what FormWorld asks of a store without range reads
+// when nobody waits: n host keys written and n(n−1) read, and per mesh n
+// addresses written and n(n−1)/2 read.
+func keyByKeyRequests(n int) int64 {
+	N := int64(n)
+	return N + N*(N-1) + 2*(N+N*(N-1)/2)
+}
+
+// negotiation runs one step of new names (first round) and steps of the
+// same names (cached), Repeat times each, and returns the medians.
+func negotiation(cfg Config, n int, ctl Control) (cached, fresh Round, err error) {
+	s, err := NewSet(cfg.Model, n, ctl, -1, -1)
+	if err != nil {
+		return Round{}, Round{}, err
+	}
+	reps := max(cfg.Repeat, 1)
+	var news, hits []Round
+	for i := range reps {
+		prefix := fmt.Sprintf("step%d", i)
+		rs, err := s.Step(Gradients(prefix, cfg.Tensors))
+		if err != nil {
+			return Round{}, Round{}, err
+		}
+		news = append(news, rs[0])
+		for range 2 {
+			rs, err := s.Step(Gradients(prefix, cfg.Tensors))
+			if err != nil {
+				return Round{}, Round{}, err
+			}
+			if len(rs) != 1 || rs[0].Negotiated {
+				return Round{}, Round{}, fmt.Errorf("hvd: sim: N=%d %v: a repeated step was not served by the cache (%d rounds)", n, ctl, len(rs))
+			}
+			hits = append(hits, rs[0])
+		}
+	}
+	return medianRound(hits), medianRound(news), nil
+}
+
+func medianRound(rs []Round) Round {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b Round) int { return int(a.Time - b.Time) })
+	return rs[len(rs)/2]
+}
+
+// Write prints rows as the markdown tables of docs/performance.md.
+func Write(w io.Writer, cfg Config, rows []Row) {
+	us := func(d time.Duration) string {
+		switch {
+		case d >= 10*time.Second:
+			return fmt.Sprintf("%.0f s", d.Seconds())
+		case d >= time.Second:
+			return fmt.Sprintf("%.2f s", d.Seconds())
+		case d >= 10*time.Millisecond:
+			return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+		case d >= time.Millisecond:
+			return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+		}
+		return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+	}
+	kb := func(b int64) string {
+		if b >= 1<<20 {
+			return fmt.Sprintf("%.1f MB", float64(b)/(1<<20))
+		}
+		return fmt.Sprintf("%.1f KB", float64(b)/1024)
+	}
+	m := cfg.Model
+	fmt.Fprintf(w, "model: hosts of %d; net %v + %v CPU/msg, %.1f GB/s NIC; shm %v + %v, %.0f GB/s; loopback TCP %v + %v, %.0f GB/s; %d allreduces a step\n\n",
+		m.HostSize, m.Net.Latency, m.Net.CPU, m.Net.Bandwidth/1e9, m.Shm.Latency, m.Shm.CPU, m.Shm.Bandwidth/1e9,
+		m.Loopback.Latency, m.Loopback.CPU, m.Loopback.Bandwidth/1e9, cfg.Tensors)
+	fmt.Fprintln(w, "Negotiation per round (flat = today; hier = host leaders aggregate, simulated):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| N | hosts | cached round flat | cached round hier | new-op round flat | new-op round hier | rank 0 bytes cached flat / hier | rank 0 bytes new flat / hier | rank 0 msgs cached flat / hier |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s / %s | %s / %s | %d / %d |\n", r.N, r.Hosts,
+			us(r.CachedFlat.Time), us(r.CachedHier.Time), us(r.NewFlat.Time), us(r.NewHier.Time),
+			kb(r.CachedFlat.Rank0Bytes), kb(r.CachedHier.Rank0Bytes), kb(r.NewFlat.Rank0Bytes), kb(r.NewHier.Rank0Bytes),
+			r.CachedFlat.Rank0Msgs, r.CachedHier.Rank0Msgs)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Connections, store, elastic recovery, 64 MiB allreduce:")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| N | TCP conns/rank today | needed | goal | store key by key: requests, time | store range reads: requests, time | elastic kill → next step before | after | 64 MiB allreduce predicted | NIC bound | ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		est := ""
+		if r.KeyByKeyEstimated {
+			est = " (est.)"
+		}
+		ratio := "-"
+		if r.Allreduce.Bound > 0 {
+			ratio = fmt.Sprintf("%.2f", float64(r.Allreduce.Predicted)/float64(r.Allreduce.Bound))
+		}
+		fmt.Fprintf(w, "| %d | %d | %d | %d | %d, %s%s | %d, %s | %s | %s | %s | %s | %s |\n", r.N,
+			r.Conns.Today, r.Conns.Needed, r.Conns.Goal,
+			r.KeyByKey.Requests, us(r.KeyByKey.Time), est, r.Ranged.Requests, us(r.Ranged.Time),
+			us(r.ElasticBefore.Total), us(r.ElasticAf.Total),
+			us(r.Allreduce.Predicted), us(r.Allreduce.Bound), ratio)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Elastic recovery, parts (before → after):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| N | detect | driver | notify | store | connect | first step | total |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		b, a := r.ElasticBefore, r.ElasticAf
+		pair := func(x, y time.Duration) string {
+			if x == y {
+				return us(x)
+			}
+			return us(x) + " → " + us(y)
+		}
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s |\n", r.N, pair(b.Detect, a.Detect), pair(b.Driver, a.Driver),
+			pair(b.Notify, a.Notify), pair(b.Store, a.Store), pair(b.Connect, a.Connect), pair(b.Step, a.Step), pair(b.Total, a.Total))
+	}
+	if len(rows) > 1 {
+		first, last := rows[0], rows[len(rows)-1]
+		fmt.Fprintln(w)
+		fmt.Fprintf(w, "Goals at N=%d: cached round %.1fx N=%d's flat (hier; flat: %.1fx; goal <= 3x); conns/rank %d today, %d needed (goal <= %d); world formation %s (goal <= 2 s); elastic recovery %s (goal <= 1 s)\n",
+			last.N, ratioOf(last.CachedHier.Time, first.CachedFlat.Time), first.N, ratioOf(last.CachedFlat.Time, first.CachedFlat.Time),
+			last.Conns.Today, last.Conns.Needed, last.Conns.Goal, us(last.Ranged.Time), us(last.ElasticAf.Total))
+	}
+}
+
+func ratioOf(a, b time.Duration) float64 {
+	if b == 0 {
+		return math.Inf(1)
+	}
+	return float64(a) / float64(b)
+}
