@@ -1,18 +1,22 @@
 package backends
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Backend describes a registered backend: each backend package registers
-// itself (in an init function) with its name and a way to decide whether
-// it can serve a set. The SDK chooses a set's backend from the registry
-// (HVD_BACKEND, sdk/backend.go) and labels the timeline with it; it
-// connects the chosen backend with the backend's own Config.
+// itself (in an init function) with its name, a way to decide whether it
+// can serve a set, and a factory that builds its communicator from what the
+// SDK knows of the set (Build). The SDK chooses a set's backend from the
+// registry (HVD_BACKEND, Candidates), builds it with New and labels the
+// timeline with it; it has no code of its own for any backend. Which
+// backends a binary has is the list of blank imports in backends/builtin.
 type Backend struct {
 	// Name is how HVD_BACKEND and messages name it ("tcp", "shm", "hier").
 	Name string
@@ -24,17 +28,90 @@ type Backend struct {
 	// Choosable: HVD_BACKEND may name it (see Candidates).
 	Choosable bool
 	// OwnControl: its communicators are also their own ControlPlane. A
-	// backend without (MPI, NCCL) borrows the control plane of the set's
-	// host transport (a backend with HostTransport), paired by NewPair.
+	// backend without (MPI, NCCL) borrows the control plane of a backend
+	// with one that serves the set as a flat communicator
+	// (ControlCandidates: shm on one host, tcp across), paired by NewPair.
 	OwnControl bool
-	// HostTransport: it serves every set and carries the control plane of
-	// a backend without one (tcp).
-	HostTransport bool
 	// Serves decides whether the backend can serve a set; it is called
 	// identically on every member, so every member decides alike.
 	Serves func(SetInfo) bool
+	// New builds this rank's communicator of a set: the collective
+	// connection of every member, under b.Name in b.Store. A backend with
+	// OwnControl returns both planes, one without returns Data alone. An
+	// error wrapping ErrUnsupported, returned alike on every member, lets
+	// auto fall back to the next candidate.
+	New func(ctx context.Context, b Build) (Planes, error)
+	// Abandon, optional, removes what a build that failed with
+	// ErrUnsupported left in the store, once every member agreed on
+	// another backend.
+	Abandon func(ctx context.Context, store Store, name string)
 	// Doc is one line for HVD_BACKEND's documentation.
 	Doc string
+	// Absent, when set, registers a backend this build lacks: the text
+	// says how to get a build that has it (HVD_BACKEND=Name fails with
+	// it). An absent backend is never a choice or a candidate, and needs
+	// nothing but Name.
+	Absent string
+}
+
+// Build is what a backend's factory gets to build one rank's communicator
+// of a set: who the members are, where to rendezvous, and the job's parsed
+// settings. The SDK fills it; a backend reads what it needs.
+type Build struct {
+	// Name is the communicator's name, unique in the job's store for this
+	// world epoch: the prefix of every key the backend publishes.
+	Name string
+	// Store is the job's rendezvous store.
+	Store Store
+	// Rank and Size: this member and the member count (set numbering).
+	Rank, Size int
+	// GlobalRanks maps set ranks to world ranks (errors name world ranks).
+	GlobalRanks []int
+	// Hosts groups the members (set ranks) by host, in the order of their
+	// lowest rank; len(Hosts) is SetInfo.Hosts.
+	Hosts [][]int
+	// LocalRank and LocalSize: this process on its host (the world's).
+	LocalRank, LocalSize int
+	// Secret is the job's key (authentication, encryption); nil: none.
+	Secret []byte
+	// ListenHost is the address this rank's listeners bind to.
+	ListenHost string
+	// ConnectTimeout bounds building the communicator.
+	ConnectTimeout time.Duration
+	// OpTimeout: an operation that waits this long on a live peer fails
+	// (0: never); Stall reports such a wait while it lasts.
+	OpTimeout time.Duration
+	Stall     Stall
+	// Spin is how long to busy-poll before sleeping.
+	Spin time.Duration
+	// P2P: this is the set's point-to-point mesh (send/recv and direct
+	// use), not the engine's.
+	P2P bool
+	// Set names the process set in errors ("process set 2").
+	Set string
+	// Settings are the job's parsed settings that backends read.
+	Settings Settings
+	// Flat builds a flat communicator (auto's choice, never a composite)
+	// over members (set ranks, ascending) named name, which must extend
+	// Name: how a composite (hier) or a data plane with a host side
+	// (NCCL) gets the communicators it is made of without importing
+	// another backend.
+	Flat func(ctx context.Context, name string, members []int) (Communicator, error)
+}
+
+// Settings are the job's settings a backend may read, parsed and checked
+// once by the SDK's knob table (sdk/knobs.go), which documents each.
+type Settings struct {
+	// HierAllreduce, HierAllgather: HOROVOD_HIERARCHICAL_ALLREDUCE/_ALLGATHER.
+	HierAllreduce, HierAllgather bool
+	// ShmSmallBytes, ShmChunkBytes, ShmSlotBytes: HVD_SHM_SMALL_BYTES,
+	// _CHUNK_BYTES, _SLOT_BYTES (0: the backend's default).
+	ShmSmallBytes, ShmChunkBytes, ShmSlotBytes int
+	// TCPSendBuffer: HVD_TCP_SNDBUF (< 0 unset, 0 kernel autotuning,
+	// n bytes).
+	TCPSendBuffer int
+	// Encrypt: HVD_ENCRYPT (off, cross-host or all; "": off).
+	Encrypt string
 }
 
 // SetInfo is what the registry knows of a set when choosing its backend.
@@ -47,6 +124,10 @@ type SetInfo struct {
 	// HierAllreduce and HierAllgather: HOROVOD_HIERARCHICAL_ALLREDUCE and
 	// _ALLGATHER, for sets that span hosts.
 	HierAllreduce, HierAllgather bool
+	// Chosen: HVD_BACKEND names the backend being asked (set by
+	// Candidates): a backend may serve more sets when named (MPI on one
+	// host).
+	Chosen bool
 }
 
 var registry struct {
@@ -58,7 +139,7 @@ var registry struct {
 // label or Serves, or a name registered twice (programming errors, found
 // at start-up).
 func Register(b Backend) {
-	if b.Name == "" || b.Label == "" || b.Serves == nil || b.Name == Auto {
+	if b.Name == "" || b.Name == Auto || (b.Absent == "" && (b.Label == "" || b.Serves == nil || b.New == nil)) {
 		panic(fmt.Sprintf("backends.Register: incomplete or reserved backend %+v", b))
 	}
 	registry.Lock()
@@ -72,14 +153,15 @@ func Register(b Backend) {
 	sort.SliceStable(registry.list, func(i, j int) bool { return registry.list[i].Preference < registry.list[j].Preference })
 }
 
-// Registered returns every registered backend, by preference.
+// Registered returns every backend this build has (absent ones left out),
+// by preference.
 func Registered() []Backend {
 	registry.Lock()
 	defer registry.Unlock()
-	return slices.Clone(registry.list)
+	return slices.DeleteFunc(slices.Clone(registry.list), func(b Backend) bool { return b.Absent != "" })
 }
 
-// Lookup returns the registered backend with this name.
+// Lookup returns the backend this build has with this name.
 func Lookup(name string) (Backend, bool) {
 	for _, b := range Registered() {
 		if b.Name == name {
@@ -87,6 +169,29 @@ func Lookup(name string) (Backend, bool) {
 		}
 	}
 	return Backend{}, false
+}
+
+// Absent says why this build lacks the backend named name and how to get
+// one that has it; "" when the name is not registered as absent.
+func Absent(name string) string {
+	registry.Lock()
+	defer registry.Unlock()
+	for _, b := range registry.list {
+		if b.Name == name {
+			return b.Absent
+		}
+	}
+	return ""
+}
+
+// Built lists the names of the backends this build has, by preference
+// (hvdrun --check-build, Python's *_built()).
+func Built() []string {
+	var out []string
+	for _, b := range Registered() {
+		out = append(out, b.Name)
+	}
+	return out
 }
 
 // Auto is the choice that lets the registry pick per set.
@@ -122,7 +227,9 @@ func Candidates(set SetInfo, choice string) ([]Backend, error) {
 		if !ok || !b.Choosable {
 			return nil, fmt.Errorf("%w: backend %q: want one of %s", ErrInvalidArgument, choice, strings.Join(Choices(), ", "))
 		}
-		if b.Serves(set) {
+		named := set
+		named.Chosen = true
+		if b.Serves(named) {
 			return []Backend{b}, nil
 		}
 	}

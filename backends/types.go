@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 )
 
@@ -324,4 +325,14 @@ func CheckCounts(name string, counts []int, size int) (int, error) {
 		total += c
 	}
 	return total, nil
+}
+
+// DefaultSpin is the busy-poll budget before sleeping for localSize ranks
+// on this host: none when ranks outnumber cores (a spinning rank would
+// take the core a peer needs), else 50 µs.
+func DefaultSpin(localSize int) time.Duration {
+	if localSize > runtime.NumCPU() {
+		return 0
+	}
+	return 50 * time.Microsecond
 }

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
-	"github.com/hvdorg/hvd/backends/hier"
-	"github.com/hvdorg/hvd/backends/shm"
-	"github.com/hvdorg/hvd/backends/tcp"
+	_ "github.com/hvdorg/hvd/backends/builtin" // the backends this build has register themselves
 )
 
 // Data-plane selection (HVD_BACKEND or Config.Backend) comes from the
@@ -41,11 +39,13 @@ import (
 // namespace and that cross-memory attach is permitted, identically on every
 // member.
 //
-// Adding a backend: its package registers itself (backends.Register), dial
-// below gets a case that builds its Config from the knobs, and sdk imports
-// the package. A data plane without a control plane of its own
+// Adding a backend: its package registers itself (backends.Register) with
+// a factory (Backend.New) that builds its communicator from a
+// backends.Build (the set, the store, the timeouts and the parsed
+// settings), and one line in backends/builtin imports it; nothing here
+// names a backend. A data plane without a control plane of its own
 // (Backend.OwnControl false: MPI, NCCL) is paired with the control plane of
-// the set's host transport (backends.ControlCandidates) by connect.
+// the set's host transport (backends.ControlCandidates) by newComm.
 const backendAuto = backends.Auto
 
 func parseBackend(s string) (string, error) {
@@ -56,19 +56,10 @@ func parseBackend(s string) (string, error) {
 	if slices.Contains(backends.Choices(), v) {
 		return v, nil
 	}
-	if why := absentBackend(v); why != "" {
+	if why := backends.Absent(v); why != "" {
 		return "", fmt.Errorf("%w: HVD_BACKEND=%s: %s; or want %s", ErrInvalidArgument, v, why, orList(backends.Choices()))
 	}
 	return "", fmt.Errorf("%w: HVD_BACKEND=%q: want %s", ErrInvalidArgument, s, orList(backends.Choices()))
-}
-
-// absentBackend explains a backend this build lacks ("" for an unknown
-// name), for Config.Backend and HVD_BACKEND alike.
-func absentBackend(v string) string {
-	if v == "mpi" {
-		return "this hvd was built without MPI; use the MPI build (make build-mpi, make python-mpi: docs/mpi.md)"
-	}
-	return ""
 }
 
 // orList writes "a, b or c".
@@ -138,9 +129,6 @@ func (w *World) setInfo(ranks []int, hosts int, flat bool) backends.SetInfo {
 // flat excludes composite backends (hier's own meshes).
 func (w *World) connect(ctx context.Context, name string, ranks []int, flat bool) (mesh, error) {
 	hosts := w.hostsOf(ranks)
-	if backendChosen != nil {
-		backendChosen(w.backend) // the MPI build's registry rule (mpiboot.go)
-	}
 	cands, err := backends.Candidates(w.setInfo(ranks, len(hosts), flat), w.backend)
 	if err != nil {
 		return mesh{}, err
@@ -170,7 +158,7 @@ func (w *World) connect(ctx context.Context, name string, ranks []int, flat bool
 func (w *World) pairControl(ctx context.Context, m mesh, name string, ranks []int) (mesh, error) {
 	var last error
 	for _, b := range backends.ControlCandidates(w.setInfo(ranks, len(w.hostsOf(ranks)), true)) {
-		cm, err := w.dial(ctx, b, name+"/ctl", ranks, nil)
+		cm, err := w.dial(ctx, b, name+"/ctl", ranks, w.hostsOf(ranks))
 		if errors.Is(err, backends.ErrUnsupported) {
 			last = err // shm that cannot be used here: the next one
 			continue
@@ -191,38 +179,33 @@ func (w *World) pairControl(ctx context.Context, m mesh, name string, ranks []in
 	return mesh{}, fmt.Errorf("%w: %s: no registered backend can carry the control plane of a %s data plane (%v)", backends.ErrUnsupported, name, m.backend.Name, last)
 }
 
-// dial connects one registered backend's communicator (the knobs become
-// its Config); a backend with its own control plane is both planes. hosts
-// may be nil for a flat backend.
+// dial builds one registered backend's communicator with its factory (a
+// backend with its own control plane returns both planes). hosts groups
+// ranks' indexes by host (hostsOf).
 func (w *World) dial(ctx context.Context, b backends.Backend, name string, ranks []int, hosts [][]int) (mesh, error) {
-	var planes backends.Planes
-	switch b.Name {
-	case "tcp":
-		c, err := w.tcpComm(ctx, name, ranks)
-		if err != nil {
-			return mesh{}, err
-		}
-		planes = backends.Planes{Data: c, Control: c}
-	case "shm":
-		c, err := w.shmComm(ctx, name, ranks)
-		if err != nil {
-			return mesh{}, err
-		}
-		planes = backends.Planes{Data: c, Control: c}
-	case "hier":
-		c, err := w.hierComm(ctx, name, ranks, hosts)
-		if err != nil {
-			return mesh{}, err
-		}
-		planes = backends.Planes{Data: c, Control: c}
-	case "mpi":
-		c, err := w.mpiComm(ctx, name, ranks) // mpiboot_mpi.go
-		if err != nil {
-			return mesh{}, err
-		}
-		planes = backends.Planes{Data: c} // paired with a host control plane by newComm
-	default:
-		return mesh{}, fmt.Errorf("%w: backend %q is registered but this SDK cannot build it", backends.ErrUnsupported, b.Name)
+	set, p2p := commRole(name)
+	planes, err := b.New(ctx, backends.Build{
+		Name: name, Store: w.store,
+		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks, Hosts: hosts,
+		LocalRank: w.topo.LocalRank, LocalSize: w.topo.LocalSize,
+		Secret: w.id.Secret, ListenHost: w.listen, ConnectTimeout: w.id.Timeout,
+		OpTimeout: w.opTimeout(name), Stall: w.stallNotices(name, ranks),
+		Spin: w.spin, P2P: p2p, Set: fmt.Sprintf("process set %d", set),
+		Settings: w.knobs.backendSettings(),
+		Flat: func(ctx context.Context, sub string, members []int) (backends.Communicator, error) {
+			global := make([]int, len(members))
+			for i, m := range members {
+				global[i] = ranks[m]
+			}
+			return w.flatComm(ctx, sub, global)
+		},
+	})
+	if err != nil {
+		return mesh{}, err
+	}
+	if planes.Data == nil || (b.OwnControl && planes.Control == nil) {
+		planes.Close()
+		return mesh{}, fmt.Errorf("hvd: backend %s built %s without the planes it registered (data %v, own control %v)", b.Name, name, planes.Data != nil, b.OwnControl)
 	}
 	return mesh{Planes: planes, backend: b}, nil
 }
@@ -230,42 +213,20 @@ func (w *World) dial(ctx context.Context, b backends.Backend, name string, ranks
 // abandoned cleans up after a backend that failed for a set whose members
 // then agreed on another one.
 func (w *World) abandoned(ctx context.Context, b backends.Backend, name string) {
-	if b.Name == "shm" {
-		backends.DeleteKeys(ctx, w.store, shm.SegmentKey(name+"/shm"))
+	if b.Abandon != nil {
+		b.Abandon(ctx, w.store, name)
 	}
 }
 
-// flatComm is a flat communicator over ranks (one of hier's meshes): shared
-// memory when they all share a host (and the backend allows it), else TCP.
+// flatComm is a flat communicator over ranks (one of hier's meshes, an
+// NCCL set's host plane): shared memory when they all share a host (and the
+// backend allows it), else TCP.
 func (w *World) flatComm(ctx context.Context, name string, ranks []int) (backends.Communicator, error) {
 	m, err := w.connect(ctx, name, ranks, true)
 	if err != nil {
 		return nil, err
 	}
 	return m.Data, nil
-}
-
-func (w *World) tcpComm(ctx context.Context, name string, ranks []int) (*tcp.Comm, error) {
-	return tcp.New(ctx, tcp.Config{
-		Store: w.store, Prefix: name,
-		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks, Secret: w.id.Secret,
-		ListenHost: w.listen, ConnectTimeout: w.id.Timeout,
-		OpTimeout: w.opTimeout(name), Stall: w.stallNotices(name, ranks),
-		Spin: w.spin, LocalSize: w.topo.LocalSize, SendBuffer: tcpSendBuffer(w.knobs.tcpSndBuf),
-		Encrypt: tcp.Encryption(w.knobs.encrypt),
-	})
-}
-
-// tcpSendBuffer maps HVD_TCP_SNDBUF (-1 unset, 0 autotuning, n bytes) to
-// tcp.Config.SendBuffer (0 choose, < 0 autotuning, n bytes).
-func tcpSendBuffer(knob int) int {
-	switch {
-	case knob < 0:
-		return 0
-	case knob == 0:
-		return -1
-	}
-	return knob
 }
 
 // Delete lets the backends remove the keys they published once no peer needs
@@ -276,48 +237,6 @@ func (p prefixedStore) Delete(ctx context.Context, k string) error {
 }
 
 var _ backends.StoreDeleter = prefixedStore{}
-
-func (w *World) shmComm(ctx context.Context, name string, ranks []int) (*shm.Comm, error) {
-	return shm.New(ctx, shm.Config{
-		Store: w.store, Prefix: name + "/shm",
-		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), GlobalRanks: ranks,
-		ConnectTimeout: w.id.Timeout,
-		OpTimeout:      w.opTimeout(name), Stall: w.stallNotices(name, ranks),
-		Spin: w.spin, LocalSize: w.topo.LocalSize,
-		SmallBytes: w.knobs.shmSmall, ChunkBytes: w.knobs.shmChunk, SlotBytes: w.knobs.shmSlot,
-		// Only the set's point-to-point mesh sends messages; the engine's
-		// needs no eager areas (up to 1 MiB of /dev/shm per rank).
-		NoEager: !strings.HasPrefix(name, "p2p"),
-	})
-}
-
-// hierComm composes shared-memory communicators inside each host with TCP
-// between them; a flat TCP mesh carries everything that is not
-// hierarchical. Sub-communicators are named after the set, so the same set
-// built twice (the engine's and the p2p one) never mixes.
-func (w *World) hierComm(ctx context.Context, name string, ranks []int, hosts [][]int) (*hier.Comm, error) {
-	flat, err := w.flatComm(ctx, name, ranks)
-	if err != nil {
-		return nil, err
-	}
-	c, err := hier.New(ctx, hier.Config{
-		Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks), Hosts: hosts,
-		Flat: flat, GlobalRanks: ranks,
-		HierAllreduce: w.knobs.hierAllreduce, HierAllgather: w.knobs.hierAllgather,
-		Dial: func(ctx context.Context, sub string, members []int) (backends.Communicator, error) {
-			global := make([]int, len(members))
-			for i, m := range members {
-				global[i] = ranks[m]
-			}
-			return w.flatComm(ctx, name+"/"+sub, global)
-		},
-	})
-	if err != nil {
-		flat.Close()
-		return nil, err
-	}
-	return c, nil
-}
 
 // Waiting on a live peer (one that is stopped, swapped out or stuck outside
 // hvd, so its process is alive but sends nothing) is bounded, and reported

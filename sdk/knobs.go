@@ -89,8 +89,12 @@ type knobSpec struct {
 	// absent, for an enum, explains a value this build lacks ("" when it
 	// is simply wrong).
 	absent func(v string) string
-	doc    string
-	set    func(k *knobs, f float64, s string, b bool)
+	// live, for an enum, gives the choices when a value is parsed (the
+	// backend registry, which a test binary may extend); choices is then
+	// what it gave when the table was built.
+	live func() []string
+	doc  string
+	set  func(k *knobs, f float64, s string, b bool)
 }
 
 const maxSeconds = 365 * 24 * 3600 // a year: durations past this are typos
@@ -143,8 +147,8 @@ var knobTable = []knobSpec{
 	{name: "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", kind: kindFloat, max: 1, unit: "",
 		doc: "noise of the Gaussian process (scores scaled to unit variance)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.autotune.noise = f }},
-	{name: "HVD_BACKEND", kind: kindEnum, choices: backends.Choices(), absent: absentBackend,
-		doc: "data plane: shared memory inside a host and TCP across (auto), shm only, or tcp only",
+	{name: "HVD_BACKEND", kind: kindEnum, choices: backends.Choices(), live: backends.Choices, absent: backends.Absent,
+		doc: backendDoc(),
 		set: func(k *knobs, _ float64, s string, _ bool) { k.backend = s }},
 	{name: "HVD_COLLECTIVE_TIMEOUT_SECONDS", kind: kindFloat, max: maxSeconds, unit: "seconds",
 		doc: "an operation waiting this long for a live peer fails (0: never; default: HOROVOD_GLOO_TIMEOUT_SECONDS for collectives, 30 min for send/recv; dead peers are found at once)",
@@ -218,6 +222,27 @@ func ignoredDefault(name, v string) bool {
 	return v == "" || v == "0"
 }
 
+// backendDoc documents HVD_BACKEND from the registry: auto, then each
+// backend HVD_BACKEND may name.
+func backendDoc() string {
+	var parts []string
+	for _, b := range backends.Registered() {
+		if b.Choosable {
+			parts = append(parts, b.Name+" ("+b.Doc+")")
+		}
+	}
+	return "data plane: auto (per set, by the backend registry: shared memory inside a host, hierarchical or TCP across), or one backend for every set it serves: " + strings.Join(parts, "; ")
+}
+
+// backendSettings are the parsed settings backends read (backends.Build).
+func (k *knobs) backendSettings() backends.Settings {
+	return backends.Settings{
+		HierAllreduce: k.hierAllreduce, HierAllgather: k.hierAllgather,
+		ShmSmallBytes: k.shmSmall, ShmChunkBytes: k.shmChunk, ShmSlotBytes: k.shmSlot,
+		TCPSendBuffer: k.tcpSndBuf, Encrypt: k.encrypt,
+	}
+}
+
 func seconds(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
 
 // parseBool reads Horovod's boolean knobs: an integer (> 0 is on, as
@@ -258,7 +283,11 @@ func (s *knobSpec) parse(k *knobs, raw string) error {
 		s.set(k, 0, "", b)
 	case kindEnum:
 		l := strings.ToLower(v)
-		for _, c := range s.choices {
+		choices := s.choices
+		if s.live != nil {
+			choices = s.live()
+		}
+		for _, c := range choices {
 			if l == c {
 				s.set(k, 0, c, false)
 				return nil
@@ -266,10 +295,10 @@ func (s *knobSpec) parse(k *knobs, raw string) error {
 		}
 		if s.absent != nil {
 			if why := s.absent(l); why != "" {
-				return bad(why + "; this build takes one of " + strings.Join(s.choices, ", "))
+				return bad(why + "; this build takes one of " + strings.Join(choices, ", "))
 			}
 		}
-		return bad("want one of " + strings.Join(s.choices, ", "))
+		return bad("want one of " + strings.Join(choices, ", "))
 	case kindInt, kindFloat:
 		f, err := strconv.ParseFloat(v, 64)
 		whole := s.kind == kindInt

@@ -15,10 +15,6 @@ import "fmt"
 // mpiBootstrapper is set by the MPI build; nil in the default build.
 var mpiBootstrapper func(w *World) error
 
-// backendChosen is told the HVD_BACKEND choice (the MPI build passes it to
-// backends/mpi's registry rule); nil in the default build.
-var backendChosen func(name string)
-
 // mpiReady initializes MPI and checks its thread level (the MPI build);
 // nil in the default build. Init calls it before the rendezvous when
 // HVD_BACKEND=mpi, so that every rank refuses on its own, at once, instead

@@ -4,27 +4,24 @@ package sdk
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net"
-	"slices"
 	"sync"
 
-	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/backends/mpi"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
-// The MPI build (-tags mpi): the store bootstrap through MPI itself, and
-// the MPI data plane (backends/mpi) as a choice of HVD_BACKEND and of auto
-// for sets that span hosts under mpirun.
+// The MPI build (-tags mpi): the store bootstrap through MPI itself. The
+// MPI data plane (backends/mpi) registers itself with its factory
+// (backends/builtin imports it): a choice of HVD_BACKEND and of auto for
+// sets that span hosts under mpirun.
 
 func init() {
 	mpiBootstrapper = bootstrapOverMPI
 	mpiReady = mpi.Init
-	backendChosen = func(name string) { mpi.Choose(name == "mpi") }
 }
 
 // bootMsg is what MPI_COMM_WORLD rank 0 broadcasts: where its store
@@ -161,12 +158,6 @@ func routableIPv4(iface string) (string, error) {
 		return "", fmt.Errorf("HOROVOD_GLOO_IFACE=%s has no IPv4 address", iface)
 	}
 	return "", fmt.Errorf("no non-loopback IPv4 address to serve the store on; set HOROVOD_GLOO_IFACE")
-}
-
-// mpiComm builds a set's MPI communicator (members exchange their
-// MPI_COMM_WORLD ranks through the store).
-func (w *World) mpiComm(ctx context.Context, name string, ranks []int) (backends.DataPlane, error) {
-	return mpi.New(ctx, mpi.Config{Store: w.store, Prefix: name + "/mpi", Rank: slices.Index(ranks, w.id.Rank), Size: len(ranks)})
 }
 
 // MPIThreadsSupported reports whether MPI runs with MPI_THREAD_MULTIPLE

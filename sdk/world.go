@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
-	"github.com/hvdorg/hvd/backends/tcp"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 	"github.com/hvdorg/hvd/sdk/internal/timeline"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
@@ -636,12 +635,12 @@ func (w *World) Join() (int, error) {
 }
 
 // engineSpin is the engine's busy-poll budget: HVD_SPIN_US when set, else
-// tcp.DefaultSpin for this host's rank count.
+// backends.DefaultSpin for this host's rank count.
 func (w *World) engineSpin() time.Duration {
 	if w.spin >= 0 {
 		return w.spin
 	}
-	return tcp.DefaultSpin(w.topo.LocalSize)
+	return backends.DefaultSpin(w.topo.LocalSize)
 }
 
 // StartTimeline starts writing a timeline to path at runtime (global rank 0

@@ -32,21 +32,27 @@ func init() {
 		// interconnect); on one host shm stays the choice unless
 		// HVD_BACKEND=mpi (see Serves). Never a flat sub-communicator (hier's
 		// meshes, the host plane a pair borrows).
+		// Named by HVD_BACKEND (SetInfo.Chosen) it serves every non-flat
+		// set, on one host too; under auto only sets that span hosts.
 		Name: "mpi", Label: "MPI", Preference: 5, Choosable: true, OwnControl: false,
 		Serves: func(s backends.SetInfo) bool {
-			return Launched() && s.Size >= 1 && !s.Flat && (s.Hosts > 1 || chosen.Load())
+			return Launched() && s.Size >= 1 && !s.Flat && (s.Hosts > 1 || s.Chosen)
 		},
+		New: factory,
 		Doc: "MPI (the MPI build under mpirun): collectives on an MPI communicator per set, negotiation over the set's host transport",
 	})
 }
 
-// chosen: HVD_BACKEND=mpi names this backend for every set (Choose).
-var chosen atomic.Bool
-
-// Choose tells the registry rule whether HVD_BACKEND names MPI: then it
-// serves every (non-flat) set, on one host too; under auto only sets that
-// span hosts. The SDK calls it at Start (the same on every rank).
-func Choose(explicit bool) { chosen.Store(explicit) }
+// factory builds the communicator for the registry (Backend.New): the set's MPI communicator (members
+// exchange their MPI_COMM_WORLD ranks through the store); the SDK pairs it
+// with a host control plane.
+func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
+	c, err := New(ctx, Config{Store: b.Store, Prefix: b.Name + "/mpi", Rank: b.Rank, Size: b.Size})
+	if err != nil {
+		return backends.Planes{}, err
+	}
+	return backends.Planes{Data: c}, nil
+}
 
 // Launched reports whether this process runs under an MPI launcher
 // (mpirun/mpiexec of Open MPI or MPICH/Hydra), or has MPI initialized.

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,13 +70,9 @@ type Config struct {
 	Encrypt Encryption
 }
 
-// DefaultSpin returns the busy-poll budget for localSize ranks on this host.
-func DefaultSpin(localSize int) time.Duration {
-	if localSize > runtime.NumCPU() {
-		return 0
-	}
-	return 50 * time.Microsecond
-}
+// DefaultSpin returns the busy-poll budget for localSize ranks on this host
+// (backends.DefaultSpin).
+func DefaultSpin(localSize int) time.Duration { return backends.DefaultSpin(localSize) }
 
 // Comm is a TCP communicator. See backends.Communicator for the contract.
 type Comm struct {

@@ -1,6 +1,10 @@
 package tcp
 
-import "github.com/hvdorg/hvd/backends"
+import (
+	"context"
+
+	"github.com/hvdorg/hvd/backends"
+)
 
 // A TCP communicator is both planes of a set's engine, and the host
 // transport: it serves every set and lends its control plane to data
@@ -12,10 +16,39 @@ var (
 
 func init() {
 	backends.Register(backends.Backend{
-		Name: "tcp", Label: "TCP", Preference: 100, Choosable: true, OwnControl: true, HostTransport: true,
+		Name: "tcp", Label: "TCP", Preference: 100, Choosable: true, OwnControl: true,
 		Serves: func(backends.SetInfo) bool { return true },
+		New:    factory,
 		Doc:    "full-mesh TCP, within a host over loopback",
 	})
+}
+
+// factory builds the communicator for the registry (Backend.New): a full mesh over the set's members.
+func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
+	c, err := New(ctx, Config{
+		Store: b.Store, Prefix: b.Name,
+		Rank: b.Rank, Size: b.Size, GlobalRanks: b.GlobalRanks, Secret: b.Secret,
+		ListenHost: b.ListenHost, ConnectTimeout: b.ConnectTimeout,
+		OpTimeout: b.OpTimeout, Stall: b.Stall,
+		Spin: b.Spin, LocalSize: b.LocalSize, SendBuffer: sendBuffer(b.Settings.TCPSendBuffer),
+		Encrypt: Encryption(b.Settings.Encrypt),
+	})
+	if err != nil {
+		return backends.Planes{}, err
+	}
+	return backends.Planes{Data: c, Control: c}, nil
+}
+
+// sendBuffer maps HVD_TCP_SNDBUF (-1 unset, 0 autotuning, n bytes) to
+// Config.SendBuffer (0 choose, < 0 autotuning, n bytes).
+func sendBuffer(knob int) int {
+	switch {
+	case knob < 0:
+		return 0
+	case knob == 0:
+		return -1
+	}
+	return knob
 }
 
 // Memory implements backends.DataPlane: host memory only.

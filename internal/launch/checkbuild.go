@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/hvdorg/hvd/backends"
+	_ "github.com/hvdorg/hvd/backends/builtin" // the backends this build has: its Operations rows
 	"github.com/hvdorg/hvd/internal/pyfind"
 )
 
@@ -34,15 +37,27 @@ type Capability struct {
 	Available bool
 }
 
-// Controllers and Operations are fixed by what this build of hvd contains:
-// its own controller and CPU collectives (TCP between hosts, shared memory
-// inside one), started and rendezvoused as horovodrun's Gloo mode, and no
-// MPI, NCCL, DDL or oneCCL. SHM and TCP are hvd's own rows, after
-// Horovod's.
-var (
-	Controllers = []Capability{{"MPI", false}, {"Gloo", true}}
-	Operations  = []Capability{{"NCCL", false}, {"DDL", false}, {"CCL", false}, {"MPI", false}, {"Gloo", true}, {"SHM", true}, {"TCP", true}}
-)
+// Controllers are fixed: hvd's own controller, started and rendezvoused as
+// horovodrun's Gloo mode (never Horovod's MPI controller, even in the MPI
+// build, which only bootstraps and moves tensors through MPI).
+var Controllers = []Capability{{"MPI", false}, {"Gloo", true}}
+
+// Operations are the "Available Tensor Operations" rows: Horovod's, marked
+// from the backend registry of this build (backends/builtin: MPI in the
+// MPI build, NCCL with -tags hvd_nccl; Gloo is hvd's own CPU collectives),
+// then hvd's own backends that HVD_BACKEND may name (SHM, TCP), by
+// preference.
+func Operations() []Capability {
+	built := backends.Built()
+	out := []Capability{{"NCCL", slices.Contains(built, "nccl")}, {"DDL", false}, {"CCL", false},
+		{"MPI", slices.Contains(built, "mpi")}, {"Gloo", true}}
+	for _, b := range backends.Registered() {
+		if b.Choosable && !slices.ContainsFunc(out, func(c Capability) bool { return strings.EqualFold(c.Name, b.Name) }) {
+			out = append(out, Capability{b.Label, true})
+		}
+	}
+	return out
+}
 
 // PythonProbe is what one Python interpreter reports about the frameworks
 // and the hvd package it can import (without importing either).
@@ -196,13 +211,21 @@ func FormatCheckBuild(version string, probes []PythonProbe, verbose bool) string
 		fmt.Fprintf(&b, "    [%s] %s\n", mark(c.Available), c.Name)
 	}
 	b.WriteString("\nAvailable Tensor Operations:\n")
-	for _, c := range Operations {
+	for _, c := range Operations() {
 		fmt.Fprintf(&b, "    [%s] %s\n", mark(c.Available), c.Name)
 	}
 	fmt.Fprintf(&b, "\nhvd %s: Horovod's API and launch contract on a Go engine.\n", version)
 	b.WriteString("    Gloo: hvd's own controller and CPU collectives (not the Gloo library), started and\n" +
-		"          rendezvoused as horovodrun --gloo does; SHM inside a host, TCP between hosts.\n" +
-		"    MPI, NCCL, DDL, CCL: not in hvd (mpirun and srun can still start hvd workers).\n")
+		"          rendezvoused as horovodrun --gloo does; SHM inside a host, TCP between hosts.\n")
+	var missing []string
+	for _, c := range Operations() {
+		if !c.Available {
+			missing = append(missing, c.Name)
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(&b, "    %s: not in this build of hvd (mpirun and srun can still start hvd workers).\n", strings.Join(missing, ", "))
+	}
 	if len(probes) == 0 {
 		b.WriteString("    Frameworks: no Python interpreter found (VIRTUAL_ENV, next to hvdrun, python3 in PATH, /usr/bin/python3; or set HVD_PYTHON).\n")
 	}

@@ -30,7 +30,11 @@ var rules = []rule{
 	{pkg: "backends", why: "the contracts know bytes, dtypes, peers and memory; they import nothing of hvd",
 		tests: []string{"backends/**"}},
 	{pkg: "backends/conformance", may: []string{"backends"}, why: "the suite speaks only the contracts"},
-	{pkg: "backends/internal/**", why: "generator helpers (asmgen is its own module)"},
+	{pkg: "backends/builtin", may: []string{"backends", "backends/**"},
+		why: "the list of backends a build has: one import per backend"},
+	{pkg: "backends/internal/**", may: []string{"backends"},
+		why:   "test backends and generator helpers speak the contracts (asmgen is its own module)",
+		tests: []string{"backends/**"}},
 	{pkg: "backends/*", may: []string{"backends"},
 		why:   "a backend imports the contracts only, never another backend (hier is given its sub-communicators)",
 		tests: []string{"backends/**"}},
@@ -40,17 +44,22 @@ var rules = []rule{
 	{pkg: "sdk/internal/engine", may: []string{"backends", "sdk/internal/timeline"},
 		why:   "the engine sees the planes' contracts, never a concrete backend",
 		tests: []string{"backends/**"}},
-	{pkg: "sdk/rendezvous", may: []string{"backends"}, why: "the store and identity sit under the sdk",
+	{pkg: "sdk/rendezvous", may: []string{"backends", "internal/elasticproto"}, why: "the store and identity sit under the sdk",
 		tests: []string{"sdk"}},
-	{pkg: "sdk", may: []string{"backends", "backends/*", "sdk/internal/**", "sdk/rendezvous"},
-		why:   "the sdk wires backends, engine and rendezvous; it imports nothing of the tools above it",
+	{pkg: "sdk/sim", may: []string{"backends", "sdk/internal/**", "sdk/rendezvous", "internal/**"},
+		why: "the scale simulator runs the engine's pure steps, the launcher's decisions and the real store"},
+	{pkg: "sdk", may: []string{"backends", "backends/builtin", "backends/mpi", "sdk/internal/**", "sdk/rendezvous",
+		"internal/elasticproto", "internal/observe"},
+		why:   "the sdk builds backends through the registry (backends/builtin lists them), never a concrete backend (backends/mpi only for the MPI bootstrap, mpiboot_mpi.go); of the tools it imports only the leaf protocol and metrics packages",
 		tests: []string{"backends/**"}},
 	{pkg: "sdk/plugin", may: []string{"sdk/plugin/internal/**"}, why: "the plugin contract shares nothing with the sdk"},
 	{pkg: "sdk/plugin/internal/**", may: []string{"sdk/plugin", "sdk/plugin/internal/**"}, why: "the contract's own helpers"},
 	{pkg: "codegen/**", may: []string{"codegen/**"}, why: "generators are pure functions of their specs"},
-	{pkg: "internal/launch", may: []string{"internal/*", "sdk/rendezvous"},
-		why: "the launcher serves the store; it never links the sdk's engine"},
+	{pkg: "internal/launch", may: []string{"internal/*", "sdk/rendezvous", "backends", "backends/builtin"},
+		why: "the launcher serves the store and reads the backend registry (--check-build); it never links the sdk's engine"},
 	{pkg: "internal/structure", why: "this test"},
+	{pkg: "internal/elasticproto", why: "the elastic protocol, written once: the launcher and the sdk both import it"},
+	{pkg: "internal/observe", why: "metrics and the status page: the sdk and the launcher both import it"},
 	{pkg: "internal/*", may: []string{"internal/*"}, why: "tool helpers", tests: []string{"sdk/plugin"}},
 	{pkg: "plugins/**", may: []string{"sdk/plugin", "codegen/**", "plugins/internal/**", "internal/venvs", "python"},
 		why: "a plugin speaks the plugin contract and runs generators; it never links the sdk"},
@@ -207,9 +216,9 @@ func TestImportRules(t *testing.T) {
 }
 
 // TestImportRulesCatch: the checker flags what the rules forbid (a backend
-// importing another or the sdk, the engine importing a concrete backend,
-// libhvd importing the engine, an unclassified package) and passes what
-// they allow.
+// importing another or the sdk, the engine or the sdk importing a concrete
+// backend, libhvd importing the engine, an unclassified package) and passes
+// what they allow.
 func TestImportRulesCatch(t *testing.T) {
 	pkgs := map[string]bool{"backends": true, "backends/tcp": true, "backends/hier": true, "sdk": true,
 		"sdk/internal/engine": true, "cmd/libhvd": true, "newtop": true}
@@ -219,11 +228,13 @@ func TestImportRulesCatch(t *testing.T) {
 		{from: "sdk/internal/engine", to: "backends/shm", file: "sdk/internal/engine/x.go"},
 		{from: "cmd/libhvd", to: "sdk/internal/engine", file: "cmd/libhvd/x.go"},
 		{from: "backends/tcp", to: "sdk", file: "backends/tcp/x_test.go", test: true},
+		{from: "sdk", to: "backends/tcp", file: "sdk/x.go"},
 	}
 	good := []edge{
 		{from: "backends/hier", to: "backends", file: "backends/hier/y.go"},
 		{from: "backends/hier", to: "backends/tcp", file: "backends/hier/y_test.go", test: true},
-		{from: "sdk", to: "backends/tcp", file: "sdk/y.go"},
+		{from: "sdk", to: "backends/builtin", file: "sdk/y.go"},
+		{from: "sdk", to: "backends/tcp", file: "sdk/y_test.go", test: true},
 		{from: "cmd/libhvd", to: "sdk", file: "cmd/libhvd/y.go"},
 	}
 	got := violations(pkgs, append(bad, good...))
