@@ -223,7 +223,8 @@ type Engine struct {
 	memory    []backends.MemoryKind // what data declares it moves
 	rank, n   int
 	coord     *Coordinator
-	lastStall time.Time
+	lastStall time.Time // the stall inspector's last check
+	lastWarn  time.Time // and its last warning
 
 	cache   *Cache
 	waiting []Request // cached locally, not yet ready everywhere (engine goroutine only)

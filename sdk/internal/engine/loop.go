@@ -167,8 +167,8 @@ func (e *Engine) loop() {
 		}
 		if !hasNew {
 			timeout := time.Duration(-1)
-			if e.coord != nil && e.cfg.StallWarning > 0 {
-				timeout = max(time.Until(e.lastStall.Add(e.cfg.StallWarning)), time.Millisecond)
+			if e.coord != nil && e.cfg.StallWarning > 0 && len(e.coord.order) > 0 { // something can stall
+				timeout = max(time.Until(e.lastStall.Add(stallEvery(e.cfg.StallWarning))), time.Millisecond)
 			}
 			if beat := e.heartbeatIn(); beat >= 0 && (timeout < 0 || beat < timeout) {
 				timeout = beat
