@@ -104,7 +104,7 @@ func allowed(p string, pats []string) bool {
 // edge is one import of the module's own packages.
 type edge struct {
 	from, to, file string
-	test          bool
+	test           bool
 }
 
 // moduleImports reads every .go file under root (build tags ignored:
