@@ -3,6 +3,7 @@ package backends
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -88,14 +89,11 @@ type Hierarchical interface {
 }
 
 // Accepts reports whether p's collectives take buffers on device d.
-func Accepts(p DataPlane, d Device) bool {
-	for _, k := range p.Memory() {
-		if k == d.Kind {
-			return true
-		}
-	}
-	return false
-}
+func Accepts(p DataPlane, d Device) bool { return Declares(p.Memory(), d) }
+
+// Declares reports whether kinds, what a data plane declared with Memory
+// (the engine keeps it for the plane's life), include d's memory.
+func Declares(kinds []MemoryKind, d Device) bool { return slices.Contains(kinds, d.Kind) }
 
 // Planes are the two planes a set's engine runs on. Data and Control may be
 // the same object (tcp, shm, hier).

@@ -269,7 +269,7 @@ func (o ReduceOptions) check(op string, t Tensor) error {
 }
 
 func (ps *ProcessSet) reduceOp(typ engine.OpType, t, out Tensor, o ReduceOptions, name string) *engine.Op {
-	return &engine.Op{Type: typ, Name: name, In: toEngine(t), Out: toEngine(out), ReduceOp: uint8(o.Op),
+	return &engine.Op{Type: typ, Name: name, In: toEngine(t), Out: toEngine(out), ReduceOp: engine.ReduceOp(o.Op),
 		Prescale: o.Prescale, Postscale: o.Postscale, Priority: int32(o.Priority)}
 }
 

@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
 // DType and ReduceOp re-export the backend enums so users need one import.
@@ -25,51 +26,38 @@ const (
 	BFloat16 = backends.BFloat16
 )
 
-// ReduceOp is a reduction as Horovod names them (Average included).
+// ReduceOp is a reduction as Horovod names them (Average included). Its
+// values are the engine's enum (engine.ReduceOp: Horovod's AVERAGE=0,
+// SUM=1, ADASUM=2, MIN=3, MAX=4, PRODUCT=5), which the coordinator and
+// Adasum read; they are written once, there.
 type ReduceOp int
 
-// The values follow Horovod's enum (AVERAGE=0, SUM=1, ADASUM=2, MIN=3,
-// MAX=4, PRODUCT=5).
 const (
-	Average ReduceOp = 0
-	Sum     ReduceOp = 1
-	Adasum  ReduceOp = 2
-	Min     ReduceOp = 3
-	Max     ReduceOp = 4
-	Product ReduceOp = 5
+	Average = ReduceOp(engine.Average)
+	Sum     = ReduceOp(engine.Sum)
+	Adasum  = ReduceOp(engine.Adasum)
+	Min     = ReduceOp(engine.Min)
+	Max     = ReduceOp(engine.Max)
+	Product = ReduceOp(engine.Product)
 )
 
+// known reports whether o is one of the reductions above.
+func (o ReduceOp) known() bool { return o >= Average && o <= Product }
+
 func (o ReduceOp) String() string {
-	switch o {
-	case Average:
-		return "average"
-	case Sum:
-		return "sum"
-	case Adasum:
-		return "adasum"
-	case Min:
-		return "min"
-	case Max:
-		return "max"
-	case Product:
-		return "product"
+	if o.known() {
+		return engine.OpName(engine.ReduceOp(o))
 	}
 	return fmt.Sprintf("ReduceOp(%d)", int(o))
 }
 
 // backendOp maps to the data-plane reduction (Average reduces with Sum).
 func (o ReduceOp) backendOp() (backends.ReduceOp, error) {
-	switch o {
-	case Average, Sum:
-		return backends.Sum, nil
-	case Min:
-		return backends.Min, nil
-	case Max:
-		return backends.Max, nil
-	case Product:
-		return backends.Product, nil
-	case Adasum:
+	if o == Adasum {
 		return 0, fmt.Errorf("%w: Adasum is not an elementwise reduction (the engine runs it as its own algorithm)", backends.ErrUnsupported)
+	}
+	if bop, ok := engine.BackendOp(engine.ReduceOp(o)); ok && o.known() {
+		return bop, nil
 	}
 	return 0, fmt.Errorf("%w: unknown reduce op %d", ErrInvalidArgument, int(o))
 }

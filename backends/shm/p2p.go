@@ -28,22 +28,11 @@ func (c *Comm) mailbox(src, dst int) int { return c.ctl(src) + ctlMailbox + 64*d
 // ack is the offset of dst's count of messages consumed from src.
 func (c *Comm) ack(dst, src int) int { return c.ctl(dst) + ctlMailbox + 64*c.size + 64*src }
 
-// p2pBegin validates peer and takes the shared p2p lock (Close waits for
-// it) and the lock of that peer and direction.
+// p2pBegin starts a send or receive with peer (backends.BeginP2P): the
+// shared p2p lock (Close waits for it), then the lock of that peer and
+// direction; it fails on a closed, broken or aborted communicator.
 func (c *Comm) p2pBegin(op string, peer int, locks []sync.Mutex) (func(), error) {
-	if peer < 0 || peer >= c.size || peer == c.rank {
-		return nil, fmt.Errorf("%w: %s rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, op, peer, c.size, c.rank)
-	}
-	c.p2pMu.RLock()
-	if err := c.usable(op); err != nil {
-		c.p2pMu.RUnlock()
-		return nil, err
-	}
-	locks[peer].Lock()
-	return func() {
-		locks[peer].Unlock()
-		c.p2pMu.RUnlock()
-	}, nil
+	return backends.BeginP2P(op, peer, c.rank, &c.p2pMu, locks, func() error { return c.usable(op) })
 }
 
 // Send delivers buf to rank dst. Messages up to eagerBytes are copied into
@@ -105,8 +94,8 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 // p2pTryBegin is p2pBegin without waiting for the pair's lock: ok is false
 // when another op of that pair and direction is running.
 func (c *Comm) p2pTryBegin(op string, peer int, locks []sync.Mutex) (done func(), ok bool, err error) {
-	if peer < 0 || peer >= c.size || peer == c.rank {
-		return nil, false, fmt.Errorf("%w: %s rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, op, peer, c.size, c.rank)
+	if err := backends.CheckPeer(op, peer, c.rank, c.size); err != nil {
+		return nil, false, err
 	}
 	if !c.p2pMu.TryRLock() {
 		return nil, false, nil
@@ -212,8 +201,8 @@ func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int,
 		return err
 	}
 	defer sdone()
-	if src < 0 || src >= c.size || src == c.rank {
-		return fmt.Errorf("%w: recv from rank %d in a communicator of size %d (self is %d)", backends.ErrInvalidArgument, src, c.size, c.rank)
+	if err := backends.CheckPeer("receive from", src, c.rank, c.size); err != nil {
+		return err
 	}
 	c.recvMu[src].Lock() // p2pMu is held (shared) already
 	defer c.recvMu[src].Unlock()

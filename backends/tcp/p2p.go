@@ -7,34 +7,19 @@ import (
 	"github.com/hvdorg/hvd/backends"
 )
 
-func (c *Comm) checkPeer(what string, r int) error {
-	if r < 0 || r >= c.size || r == c.rank {
-		return fmt.Errorf("%w: %s rank %d (communicator size %d, this rank %d)", backends.ErrInvalidArgument, what, r, c.size, c.rank)
-	}
-	return nil
-}
-
-// p2pBegin takes mu shared (so Close and collectives wait for the op) and
-// the lock of the peer and direction; it fails on a closed or broken
-// communicator.
+// p2pBegin starts a send or receive with r (backends.BeginP2P): mu shared,
+// so Close and collectives wait for the op, then the lock of the peer and
+// direction; it fails on a closed or broken communicator.
 func (c *Comm) p2pBegin(what string, r int, locks []sync.Mutex) (func(), error) {
-	if err := c.checkPeer(what, r); err != nil {
-		return nil, err
-	}
-	c.mu.RLock()
-	if c.closed.Load() {
-		c.mu.RUnlock()
-		return nil, fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
-	}
-	if err := c.broken.Load(); err != nil {
-		c.mu.RUnlock()
-		return nil, err
-	}
-	locks[r].Lock()
-	return func() {
-		locks[r].Unlock()
-		c.mu.RUnlock()
-	}, nil
+	return backends.BeginP2P(what, r, c.rank, &c.mu, locks, func() error {
+		if c.closed.Load() {
+			return fmt.Errorf("hvd: tcp: %w", backends.ErrClosed)
+		}
+		if err := c.broken.Load(); err != nil {
+			return err
+		}
+		return nil
+	})
 }
 
 // Send implements backends.Communicator. It returns once the whole message
@@ -75,7 +60,7 @@ func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int,
 		return err
 	}
 	defer sdone()
-	if err := c.checkPeer("receive from", src); err != nil {
+	if err := backends.CheckPeer("receive from", src, c.rank, c.size); err != nil {
 		return err
 	}
 	c.recvMu[src].Lock() // mu is held (shared) already

@@ -30,9 +30,6 @@ import (
 // (Horovod: float16 through AVX in float32), float32 and float64 in float64.
 // The number of ranks must be a power of two (Horovod's CPU Adasum too).
 
-// adasumOp is sdk.Adasum (Horovod's ReduceOp::ADASUM).
-const adasumOp = 2
-
 // adasumTag tags the point-to-point messages of an Adasum allreduce on the
 // engine's data plane.
 const adasumTag uint32 = 0x41444153 // "ADAS"

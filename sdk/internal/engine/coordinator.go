@@ -5,8 +5,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/hvdorg/hvd/backends"
 )
 
 // Coordinator is the negotiation state kept by a process set's rank 0: which
@@ -295,27 +293,5 @@ func numElements(shape []int64) int64 {
 	return n
 }
 
-// opName names an sdk.ReduceOp value (Horovod's enum).
-func opName(op uint8) string {
-	names := []string{"average", "sum", "adasum", "min", "max", "product"}
-	if int(op) < len(names) {
-		return names[op]
-	}
-	return fmt.Sprintf("op %d", op)
-}
-
-// BackendOp maps an sdk.ReduceOp value to the data-plane reduction (Average
-// reduces with Sum and divides afterwards).
-func BackendOp(op uint8) (backends.ReduceOp, bool) {
-	switch op {
-	case 0, 1:
-		return backends.Sum, true
-	case 3:
-		return backends.Min, true
-	case 4:
-		return backends.Max, true
-	case 5:
-		return backends.Product, true
-	}
-	return 0, false
-}
+// opName names a reduction (OpName).
+func opName(op ReduceOp) string { return OpName(op) }

@@ -41,7 +41,7 @@ type Op struct {
 	Name      string // full, unique while in flight on this set
 	In        Tensor
 	Out       Tensor // allreduce/broadcast: destination (may alias In); else set by the engine
-	ReduceOp  uint8
+	ReduceOp  ReduceOp
 	Prescale  float64
 	Postscale float64
 	Root      int // set rank

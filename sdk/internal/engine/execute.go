@@ -120,7 +120,7 @@ func sameMemory(a, b []byte) bool {
 // fusion buffer, reduced with one collective and unpacked. Ranks that have
 // joined contribute zeros. Average divides by the set size via postscale.
 func (e *Engine) allreduce(r *Response) error {
-	if r.ReduceOp == adasumOp {
+	if r.ReduceOp == Adasum {
 		return e.adasum(r) // adasum.go
 	}
 	bop, ok := BackendOp(r.ReduceOp)
@@ -128,7 +128,7 @@ func (e *Engine) allreduce(r *Response) error {
 		return fmt.Errorf("hvd: engine: unsupported reduction %s", opName(r.ReduceOp))
 	}
 	post := func(b []byte) {
-		if r.ReduceOp == 0 { // Average
+		if r.ReduceOp == Average {
 			ScaleAverage(b, r.DType, r.Postscale, e.n)
 		} else if r.Postscale != 0 {
 			Scale(b, r.DType, r.Postscale)
@@ -396,7 +396,7 @@ func (e *Engine) reducescatter(o *Op, r *Response) error {
 	if err := e.data.ReduceScatter(in, out.Data, counts, o.In.DType, backends.Sum); err != nil {
 		return err
 	}
-	if r.ReduceOp == 0 { // Average
+	if r.ReduceOp == Average {
 		ScaleAverage(out.Data, o.In.DType, r.Postscale, n)
 	} else if r.Postscale != 0 {
 		Scale(out.Data, o.In.DType, r.Postscale)

@@ -60,7 +60,7 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		}
 		seen[o.Name] = true
 		for _, t := range []*Tensor{&o.In, &o.Out} {
-			if !e.accepts(t.Device) {
+			if !backends.Declares(e.memory, t.Device) {
 				return fmt.Errorf("%w: process set %d: tensor %q is in %v memory, which the set's data plane (%s) cannot move (it takes %v)",
 					backends.ErrUnsupported, e.cfg.SetID, o.Name, t.Device, e.cfg.Library, e.memory)
 			}
@@ -88,16 +88,6 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 	e.queued.Store(true)
 	e.control.Kick()
 	return nil
-}
-
-// accepts reports whether the data plane declared it moves memory on d.
-func (e *Engine) accepts(d backends.Device) bool {
-	for _, k := range e.memory {
-		if k == d.Kind {
-			return true
-		}
-	}
-	return false
 }
 
 // closePlanes closes both planes (peers blocked on this rank fail).

@@ -72,7 +72,7 @@ type Request struct {
 	DType     backends.DType
 	Name      string
 	Shape     []int64
-	ReduceOp  uint8 // sdk.ReduceOp value (Average, Sum, …)
+	ReduceOp  ReduceOp // Average, Sum, … (reduceop.go)
 	Prescale  float64
 	Postscale float64
 	Root      int32 // set rank, broadcast only
@@ -94,7 +94,7 @@ type Response struct {
 	Names     []string // several when fused
 	Err       string   // Type == Error
 	DType     backends.DType
-	ReduceOp  uint8
+	ReduceOp  ReduceOp
 	Prescale  float64
 	Postscale float64
 	Root      int32
