@@ -2,7 +2,6 @@ package backends
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 	"unsafe"
 )
@@ -45,9 +44,9 @@ func Reduce(dst, src []byte, dt DType, op ReduceOp) error {
 //
 // The kernels in use are reported by Kernels and chosen at start-up: the
 // best the CPU supports (on amd64 with AVX2 and F16C, the vectorised ones in
-// kernels_amd64.s, see reduce_amd64.go), or the portable Go loops when the
-// environment variable HVD_KERNELS=generic is set or hvd is built with the
-// purego tag. On amd64 a call of 16 MiB or more writes dst with
+// kernels_amd64.s, see reduce_amd64.go), or the portable Go loops when
+// SetKernels("generic") chose them (the SDK does for HVD_KERNELS=generic at
+// Start) or hvd is built with the purego tag. On amd64 a call of 16 MiB or more writes dst with
 // non-temporal stores, so dst is not left in the cache.
 func ReduceTo(dst, a, b []byte, dt DType, op ReduceOp) error {
 	if len(a) != len(dst) || len(b) != len(dst) {
@@ -103,11 +102,10 @@ var (
 )
 
 func init() {
-	// HVD_KERNELS: "auto" (default), "generic" or "avx2". Unknown or
-	// unavailable values fall back to "auto"; Kernels tells what is in use.
-	if err := SetKernels(os.Getenv("HVD_KERNELS")); err != nil {
-		_ = SetKernels("auto")
-	}
+	// The best kernels this CPU supports. HVD_KERNELS is not read here:
+	// the SDK's knob table parses it once, at Start, and calls SetKernels
+	// (backends read no environment).
+	_ = SetKernels("auto")
 }
 
 // Kernels names the reduction kernels in use: "avx2" (amd64 with AVX2 and
@@ -116,8 +114,8 @@ func Kernels() string { return activeKernels.Load().name }
 
 // SetKernels selects the reduction kernels: "auto" or "" (the best this CPU
 // supports), "generic" (the portable Go loops) or a name Kernels reports.
-// The environment variable HVD_KERNELS is passed to it at start-up. It is
-// meant for tests and benchmarks; it is safe to call at any time (a
+// The SDK passes HVD_KERNELS to it at Start (sdk/knobs.go). It is meant
+// for tests and benchmarks; it is safe to call at any time (a
 // reduction in flight finishes with the kernels it started with).
 func SetKernels(name string) error {
 	switch name {

@@ -47,6 +47,7 @@ type knobs struct {
 	shmSlot     int           // HVD_SHM_SLOT_BYTES (0 = backend default)
 	tcpSndBuf   int           // HVD_TCP_SNDBUF; < 0: chosen per connection
 	encrypt     string        // HVD_ENCRYPT: off, cross-host or all ("" = off)
+	stacks      bool          // HVD_STACKS_ON_SIGNAL: SIGUSR2 writes every goroutine's stack (stackdump.go)
 	metrics     metricsKnobs  // HVD_METRICS_* (metrics.go)
 	unsupported []string      // Horovod knobs that are set but mean nothing here
 }
@@ -177,6 +178,9 @@ var knobTable = []knobSpec{
 	{name: "HVD_TCP_SNDBUF", kind: kindInt, max: 1 << 30, unit: "bytes",
 		doc: "SO_SNDBUF of every TCP data connection (0: kernel autotuning; default: 128 KiB on one host, autotuning across)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpSndBuf = int(f) }},
+	{name: "HVD_STACKS_ON_SIGNAL", kind: kindBool,
+		doc: "SIGUSR2 writes every goroutine's stack to stderr and the process goes on (a debugging aid for hung jobs)",
+		set: func(k *knobs, _ float64, _ string, b bool) { k.stacks = b }},
 	{name: "HVD_ENCRYPT", kind: kindEnum, choices: []string{"off", "cross-host", "all"},
 		doc: "encrypt and authenticate TCP data connections (AES-256-GCM, keys from HVD_SECRET_KEY, which it needs): off, cross-host (peers on other hosts) or all (hvdrun --encrypt)",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.encrypt = s }},

@@ -246,3 +246,24 @@ func TestBackendMPIAbsentNamesTheMPIBuild(t *testing.T) {
 		t.Errorf("Config.Backend mpi: %v", err)
 	}
 }
+
+// HVD_KERNELS is parsed once, by the knob table, and applied at Start (the
+// backends package reads no environment): generic selects the portable
+// loops, auto the best this CPU has.
+func TestKernelsKnobAtStart(t *testing.T) {
+	prev := backends.Kernels()
+	t.Cleanup(func() { backends.SetKernels(prev) })
+	if err := backends.SetKernels("auto"); err != nil {
+		t.Fatal(err)
+	}
+	best := backends.Kernels()
+	ws := mustWorlds(t, 1, worldOpts{env: map[string]string{"HVD_KERNELS": "generic"}})
+	if got := backends.Kernels(); got != "generic" {
+		t.Errorf("HVD_KERNELS=generic: kernels %s after Start", got)
+	}
+	ws[0].Close()
+	mustWorlds(t, 1, worldOpts{env: map[string]string{"HVD_KERNELS": "auto"}})
+	if got := backends.Kernels(); got != best {
+		t.Errorf("HVD_KERNELS=auto: kernels %s after Start, want %s", got, best)
+	}
+}

@@ -5,14 +5,13 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
 // A debugging aid for hung jobs (docs/compat.md, hvd's own variables): with
-// HVD_STACKS_ON_SIGNAL=1 in its environment, a process that runs hvd writes
+// HVD_STACKS_ON_SIGNAL=1 in its environment (a knob, knobs.go), a process that runs hvd writes
 // the stack of every goroutine to stderr each time it receives SIGUSR2, and
 // goes on. SIGQUIT does the same for a Go program but ends it, and in a
 // Python process the hvd library (c-shared) does not see SIGQUIT at all;
@@ -25,10 +24,17 @@ const StackDumpSignal = syscall.SIGUSR2
 
 var stackDumpOnce sync.Once
 
-// installStackDump starts the SIGUSR2 handler once per process when
-// HVD_STACKS_ON_SIGNAL is 1; Start calls it.
+// installStackDump is startStackDump with HVD_STACKS_ON_SIGNAL as the knob
+// table reads it from getenv (for a process that does not Start: tests).
 func installStackDump(getenv func(string) (string, bool)) {
-	if v, _ := getenv("HVD_STACKS_ON_SIGNAL"); strings.TrimSpace(v) != "1" {
+	k, _ := readKnobs(getenv)
+	startStackDump(k.stacks)
+}
+
+// startStackDump starts the SIGUSR2 handler once per process when on;
+// Start calls it with the parsed HVD_STACKS_ON_SIGNAL.
+func startStackDump(on bool) {
+	if !on {
 		return
 	}
 	stackDumpOnce.Do(func() {

@@ -119,7 +119,6 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if getenv == nil {
 		getenv = os.LookupEnv
 	}
-	installStackDump(getenv)
 	var id rendezvous.Identity
 	if cfg.Identity != nil {
 		id = *cfg.Identity
@@ -136,6 +135,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	if err != nil {
 		return nil, err
 	}
+	startStackDump(k.stacks)
 	if cfg.Backend != "" {
 		if k.backend, err = parseBackend(cfg.Backend); err != nil {
 			return nil, err
