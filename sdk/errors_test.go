@@ -1,10 +1,13 @@
 package sdk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
 // The stall inspector's shutdown is one of the sdk's sentinels: the
@@ -25,5 +28,20 @@ func TestStallErrorIsSentinel(t *testing.T) {
 		if e == nil || errors.Is(fmt.Errorf("x: %w", e), ErrShutdown) {
 			t.Errorf("sentinel %v is nil or aliases ErrShutdown", e)
 		}
+	}
+}
+
+// A bad launch environment is the user's error, by code end to end: Start
+// fails with an error that is both rendezvous.ErrEnv and
+// ErrInvalidArgument (cmd/libhvd's INVALID_ARGUMENT, Python's ValueError),
+// not an internal one.
+func TestBadLaunchEnvIsInvalidArgument(t *testing.T) {
+	env := map[string]string{"HOROVOD_RANK": "1", "HOROVOD_SIZE": "x"}
+	_, err := Start(context.Background(), Config{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if !errors.Is(err, rendezvous.ErrEnv) || !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrPeerFailure) {
+		t.Fatalf("Start with HOROVOD_SIZE=x: %v (want ErrEnv and ErrInvalidArgument)", err)
+	}
+	if !strings.HasPrefix(err.Error(), "hvd: rendezvous: bad launch environment: ") {
+		t.Errorf("message: %v", err)
 	}
 }

@@ -1,6 +1,10 @@
 package rendezvous
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/hvdorg/hvd/backends"
+)
 
 // Sentinel errors. Every error returned by this package starts with
 // "hvd: rendezvous:" and wraps one of these where one applies; test with
@@ -25,6 +29,17 @@ var (
 	// bad key, value too large, ...). Never retried.
 	ErrBadRequest = errors.New("hvd: rendezvous: bad request")
 	// ErrEnv: the launch environment is inconsistent (half-set variable
-	// pairs, non-integers, rank >= size, missing store address, ...).
-	ErrEnv = errors.New("hvd: rendezvous: bad launch environment")
+	// pairs, non-integers, rank >= size, missing store address, ...). It
+	// is a user's error: errors.Is(err, backends.ErrInvalidArgument) holds
+	// too (sdk.ErrInvalidArgument, Python's ValueError), not an internal
+	// failure.
+	ErrEnv error = envError{}
 )
+
+// envError is ErrEnv: its own sentinel, and an invalid argument.
+type envError struct{}
+
+func (envError) Error() string { return "hvd: rendezvous: bad launch environment" }
+
+// Is makes ErrEnv an invalid argument for errors.Is.
+func (envError) Is(target error) bool { return target == backends.ErrInvalidArgument }
