@@ -70,13 +70,13 @@ plugins: $(PYBUILD)/hvd/libhvd.so
 	cp $(PYBUILD)/hvd/libhvd.so $(BIN)/libhvd.so
 	cd $(BIN) && sha256sum $(addprefix hvd-plugin-,$(PLUGINS)) hvdrun > SHA256SUMS
 
-# Regenerate sdk/plugin/internal/pb from sdk/plugin/proto/adapter.proto
+# Regenerate plugin/v1/internal/pb from plugin/v1/proto/adapter.proto
 # (needs protoc: apt-get install protobuf-compiler; the Go generators are
-# pinned as tools in go.mod). sdk/plugin's tests check the result is fresh.
+# pinned as tools in go.mod). plugin/v1's tests check the result is fresh.
 PROTO_TOOLS := build/tools
 proto:
 	$(GO) build -o $(PROTO_TOOLS)/ google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc
-	cd sdk/plugin && protoc --plugin=protoc-gen-go=../../$(PROTO_TOOLS)/protoc-gen-go \
+	cd plugin/v1 && protoc --plugin=protoc-gen-go=../../$(PROTO_TOOLS)/protoc-gen-go \
 	  --plugin=protoc-gen-go-grpc=../../$(PROTO_TOOLS)/protoc-gen-go-grpc -I proto \
 	  --go_out=internal/pb --go_opt=paths=source_relative \
 	  --go-grpc_out=internal/pb --go-grpc_opt=paths=source_relative adapter.proto

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/internal/venvs"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // The framework venvs of .ci/setup.d/30-frameworks.sh, by plugin name.

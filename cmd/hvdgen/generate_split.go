@@ -18,7 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hvdorg/hvd/codegen/spec"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // DefaultSplitOut is where `hvdgen generate` writes the split project,

@@ -9,7 +9,7 @@
 //
 // Framework plugins (hvd-plugin-pytorch, …) are separate binaries that
 // hvdgen finds next to itself (or in --plugin-dir), checks against the
-// SHA256SUMS file there, and starts over go-plugin (see sdk/plugin).
+// SHA256SUMS file there, and starts over go-plugin (see plugin/v1).
 //
 // Exit status: 0 on success; 1 for other failures; 2 for usage errors and
 // for input the generators reject (a bad hvd.yaml, a model split cannot
@@ -29,7 +29,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hvdorg/hvd/internal/pyinstall"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // version is hvdgen's version (the SDK's).

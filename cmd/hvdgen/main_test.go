@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // The plugins, built once into a temporary directory with a SHA256SUMS and

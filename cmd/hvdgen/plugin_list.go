@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/hvdorg/hvd/internal/pyinstall"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 func pluginListCommand() *cli.Command {

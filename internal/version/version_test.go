@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // The Python package, the plugins' contract version and this constant name
@@ -23,7 +23,7 @@ func TestVersionsAgree(t *testing.T) {
 		t.Errorf("python/hvd/__init__.py __version__ = %q, internal/version.Version = %q", py, Version)
 	}
 	if plugin.SDKVersion != Version {
-		t.Errorf("sdk/plugin.SDKVersion = %q, internal/version.Version = %q", plugin.SDKVersion, Version)
+		t.Errorf("plugin/v1.SDKVersion = %q, internal/version.Version = %q", plugin.SDKVersion, Version)
 	}
 	if !regexp.MustCompile(`^\d+\.\d+\.\d+$`).MatchString(Version) {
 		t.Errorf("Version %q is not MAJOR.MINOR.PATCH", Version)

@@ -1,5 +1,5 @@
 // Command hvd-plugin-mxnet is hvd's MXNet framework adapter, a go-plugin
-// plugin that hvdgen starts (see package sdk/plugin):
+// plugin that hvdgen starts (see package plugin/v1):
 //
 //   - describe: framework "mxnet", module mxnet, supported >=1.6,<2;
 //   - probe: imports mxnet in the given interpreter, reports its version
@@ -22,6 +22,6 @@
 // (skipped, naming the reason, when it is missing).
 package main
 
-import "github.com/hvdorg/hvd/sdk/plugin"
+import "github.com/hvdorg/hvd/plugin/v1"
 
 func main() { plugin.Serve(adapter()) }

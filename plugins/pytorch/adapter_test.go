@@ -10,7 +10,7 @@ import (
 
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 	"github.com/hvdorg/hvd/python"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 func TestPackage(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/hvdorg/hvd/codegen/split"
 	"github.com/hvdorg/hvd/plugins/internal/splitgen"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // inspectScript imports a factory model in the user's interpreter and

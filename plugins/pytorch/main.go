@@ -1,5 +1,5 @@
 // Command hvd-plugin-pytorch is hvd's PyTorch framework adapter, a
-// go-plugin plugin that hvdgen starts (see package sdk/plugin):
+// go-plugin plugin that hvdgen starts (see package plugin/v1):
 //
 //   - describe: framework "pytorch", module torch, supported >=1.13,<3;
 //   - probe: runs the given interpreter, imports torch, reports its version
@@ -17,6 +17,6 @@
 // `hvd-plugin-pytorch describe` prints the description as JSON.
 package main
 
-import "github.com/hvdorg/hvd/sdk/plugin"
+import "github.com/hvdorg/hvd/plugin/v1"
 
 func main() { plugin.Serve(adapter{}) }

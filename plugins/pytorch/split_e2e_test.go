@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // TestMain removes the libhvd.so and hvdrun that plugintest.Runtime built.

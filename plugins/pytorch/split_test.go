@@ -16,7 +16,7 @@ import (
 	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 	"github.com/hvdorg/hvd/plugins/internal/splitgen"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // needTorch skips unless the system interpreter imports torch (Debian's

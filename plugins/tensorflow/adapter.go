@@ -5,7 +5,7 @@ import (
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 	"github.com/hvdorg/hvd/plugins/internal/splitgen"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // adapter is the TensorFlow plugin: hvd.common, hvd.numpy, hvd.tensorflow

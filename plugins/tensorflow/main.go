@@ -1,5 +1,5 @@
 // Command hvd-plugin-tensorflow is hvd's TensorFlow framework adapter, a
-// go-plugin plugin that hvdgen starts (see package sdk/plugin):
+// go-plugin plugin that hvdgen starts (see package plugin/v1):
 //
 //   - describe: framework "tensorflow", module tensorflow, supported
 //     >=2.12,<2.16 (Keras 2; 2.15.1 is what the tests run);
@@ -22,6 +22,6 @@
 // creates (skipped, naming the reason, when it is missing).
 package main
 
-import "github.com/hvdorg/hvd/sdk/plugin"
+import "github.com/hvdorg/hvd/plugin/v1"
 
 func main() { plugin.Serve(adapter()) }

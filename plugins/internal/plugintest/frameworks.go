@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/hvdorg/hvd/internal/venvs"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // TFPython is the interpreter of the TensorFlow venv ($HVD_TF_PYTHON, else

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/hvdorg/hvd/python"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

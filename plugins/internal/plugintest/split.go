@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/hvdorg/hvd/codegen/spec"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // SplitRequest is a Generate request of kind split for s (its generate

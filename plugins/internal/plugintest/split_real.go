@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/codegen/spec"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // SplitRunsLikeReference generates the split job for fw's default declared

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // Adapter is a framework adapter whose package is hvd.common, hvd.numpy

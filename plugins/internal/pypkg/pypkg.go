@@ -12,7 +12,7 @@ import (
 	"text/template"
 
 	"github.com/hvdorg/hvd/python"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // Core is what every framework package needs (the engines, hvd.spark and

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // Framework says how to probe one framework.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 func TestRange(t *testing.T) {

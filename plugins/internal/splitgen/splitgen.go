@@ -17,7 +17,7 @@ import (
 	"github.com/hvdorg/hvd/codegen/partition"
 	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/codegen/split"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // Request is a decoded split request.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/hvdorg/hvd/codegen/spec"
 	"github.com/hvdorg/hvd/codegen/split"
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 type base struct{}

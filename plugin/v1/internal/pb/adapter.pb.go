@@ -8,7 +8,7 @@
 // This file is frozen for protocol version 1: fields may be added (with new
 // numbers) but never renumbered, retyped or removed. A breaking change is a
 // new package (hvd.plugin.v2) served under another go-plugin protocol
-// version; see sdk/plugin/doc.go.
+// version; see plugin/v1/doc.go.
 //
 // Regenerate the Go code with `make proto` (protoc + protoc-gen-go +
 // protoc-gen-go-grpc, the latter two pinned as tools in go.mod).
@@ -566,7 +566,7 @@ const file_adapter_proto_rawDesc = "" +
 	"\aAdapter\x12K\n" +
 	"\bDescribe\x12\x1e.hvd.plugin.v1.DescribeRequest\x1a\x1f.hvd.plugin.v1.DescribeResponse\x12B\n" +
 	"\x05Probe\x12\x1b.hvd.plugin.v1.ProbeRequest\x1a\x1c.hvd.plugin.v1.ProbeResponse\x12K\n" +
-	"\bGenerate\x12\x1e.hvd.plugin.v1.GenerateRequest\x1a\x1f.hvd.plugin.v1.GenerateResponseB.Z,github.com/hvdorg/hvd/sdk/plugin/internal/pbb\x06proto3"
+	"\bGenerate\x12\x1e.hvd.plugin.v1.GenerateRequest\x1a\x1f.hvd.plugin.v1.GenerateResponseB-Z+github.com/hvdorg/hvd/plugin/v1/internal/pbb\x06proto3"
 
 var (
 	file_adapter_proto_rawDescOnce sync.Once

@@ -7,7 +7,7 @@ import (
 )
 
 // ProtocolVersion is the adapter protocol this package speaks
-// (sdk/plugin/proto/adapter.proto, package hvd.plugin.v1). It is the
+// (plugin/v1/proto/adapter.proto, package hvd.plugin.v1). It is the
 // go-plugin protocol version both sides negotiate.
 const ProtocolVersion = 1
 

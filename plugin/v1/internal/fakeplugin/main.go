@@ -1,5 +1,5 @@
 // Command fakeplugin is a framework plugin with canned answers, built by
-// sdk/plugin's tests to exercise a real go-plugin handshake.
+// plugin/v1's tests to exercise a real go-plugin handshake.
 //
 // HVD_FAKEPLUGIN_MARK=path makes it create that file when it starts (tests
 // check that a tampered binary was never executed).
@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/hvdorg/hvd/sdk/plugin"
+	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 type fake struct{}

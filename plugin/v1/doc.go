@@ -40,7 +40,8 @@
 // Versioning: ProtocolVersion is go-plugin's negotiated protocol version.
 // Additive changes (new fields, new optional RPCs as separate interfaces
 // such as FrameworkAdapterWithX, answered Unimplemented when a plugin lacks
-// them) keep version 1. A breaking change copies the proto to
-// hvd.plugin.v2, adds key 2 to VersionedPlugins, and hosts keep serving 1
-// for old plugins.
+// them) keep version 1. A breaking change is a new package beside this one,
+// plugin/v2 (as terraform-plugin-go keeps tfprotov5 and tfprotov6), with
+// the proto copied to hvd.plugin.v2; hosts add key 2 to VersionedPlugins
+// and keep serving 1 for old plugins.
 package plugin

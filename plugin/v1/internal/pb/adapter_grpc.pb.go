@@ -8,7 +8,7 @@
 // This file is frozen for protocol version 1: fields may be added (with new
 // numbers) but never renumbered, retyped or removed. A breaking change is a
 // new package (hvd.plugin.v2) served under another go-plugin protocol
-// version; see sdk/plugin/doc.go.
+// version; see plugin/v1/doc.go.
 //
 // Regenerate the Go code with `make proto` (protoc + protoc-gen-go +
 // protoc-gen-go-grpc, the latter two pinned as tools in go.mod).

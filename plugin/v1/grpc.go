@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/hvdorg/hvd/sdk/plugin/internal/pb"
+	"github.com/hvdorg/hvd/plugin/v1/internal/pb"
 )
 
 // PluginName is the name the adapter is dispensed under in go-plugin's

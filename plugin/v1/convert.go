@@ -3,7 +3,7 @@ package plugin
 import (
 	"io/fs"
 
-	"github.com/hvdorg/hvd/sdk/plugin/internal/pb"
+	"github.com/hvdorg/hvd/plugin/v1/internal/pb"
 )
 
 // Converters between the public types and the generated protobuf types,
