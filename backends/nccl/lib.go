@@ -1,6 +1,14 @@
 // Package nccl is hvd's GPU data plane: a backends.DataPlane over NVIDIA's
 // NCCL, loaded at run time.
 //
+// # Status: the GPU path, outside the default build
+//
+// Only builds with the tag hvd_nccl link this package (backends/builtin's
+// nccl.go registers it); the default binaries do not offer
+// HVD_BACKEND=nccl. It is tested on CPU with a fake NCCL and has not run on
+// a GPU yet: docs/gpu.md says what is verified, and scripts/gpu-check.sh is
+// the one command that runs it on a GPU.
+//
 // Nothing of CUDA or NCCL is needed to build hvd: the package opens
 // libnccl.so.2 and the CUDA runtime (libcudart) with dlopen when a
 // communicator is first built (Load), looks up the few functions it calls

@@ -9,11 +9,11 @@
 # Example (what README.md reports):
 #   git worktree add /tmp/raw18/oldtree 0d7572e && (cd /tmp/raw18/oldtree && go build -o /tmp/raw18/old/ ./cmd/hvdrun ./cmd/hvdbench)
 #   go build -o /tmp/raw18/new/ ./cmd/hvdrun ./cmd/hvdbench
-#   bench/results/2026-12-01-raw18/run.sh OUT 5 "broadcast:1M,64M,256M alltoall:1M,64M allgather:8,1K" \
+#   bench/interleaved/run.sh OUT 5 "broadcast:1M,64M,256M alltoall:1M,64M allgather:8,1K" \
 #       old=/tmp/raw18/old,new=/tmp/raw18/new,new+bind=/tmp/raw18/new,mpi
 set -u
 out=$1; passes=$2; cases=$3; systems=$4
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 mkdir -p "$out"
 for p in $(seq 1 "$passes"); do
   for c in $cases; do

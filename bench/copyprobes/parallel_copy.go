@@ -1,6 +1,6 @@
 //go:build ignore
 
-// Probe for issue 18 (see ../README.md): go run this file (pipeline_copy.go with pipeline_nt.go and pipeline_nt_amd64.s from a scratch module).
+// Probe for issue 18 (see README.md here; output in bench/results/2026-12-01-raw18/probes/results.txt): go run this file (pipeline_copy.go with pipeline_nt.go and pipeline_nt_amd64.s from a scratch module).
 package main
 
 import (

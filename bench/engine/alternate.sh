@@ -1,5 +1,5 @@
 #!/bin/bash
-# alternate old/new: hvdbench engine + latency.py, np $NP, $1 passes
+# alternate two builds (issue 18: bench/results/2026-12-01-engine18b): hvdbench engine + latency.py, np $NP, $1 passes
 for p in $(seq 1 $1); do
   for v in $A $B; do
     echo "== $v np$NP pass $p load $(cut -d' ' -f1 /proc/loadavg)"
