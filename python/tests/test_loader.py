@@ -107,3 +107,33 @@ def test_fork_child_cannot_call_go():
         print('parent', hvd.allreduce(torch.ones(1), op=hvd.Sum).item())
     ''')
     assert rc == 0 and 'child 0' in out and 'parent 1.0' in out, out
+
+
+def test_bad_launch_environment_is_value_error():
+    # A launch environment the library refuses (HOROVOD_SIZE not a number)
+    # is the user's error: the code says INVALID_ARGUMENT, Python raises
+    # ValueError, not HorovodInternalError.
+    rc, out = run('''
+        import hvd.numpy as hvd
+        from hvd.common.exceptions import HorovodInternalError
+        try:
+            hvd.init()
+        except HorovodInternalError as e:
+            print('internal:', e)
+        except ValueError as e:
+            print('value error, code', e.hvd_code, ':', e)
+        ''', HOROVOD_RANK='0', HOROVOD_SIZE='x')
+    assert rc == 0, out
+    assert 'value error, code 1' in out and 'bad launch environment' in out and 'HOROVOD_SIZE' in out, out
+
+
+@pytest.mark.parametrize('value,want', [('1', True), ('2', True), (' 1 ', True), ('0', False), ('x', False), (None, False)])
+def test_elastic_worker_rule(value, want):
+    # One rule for "this is an elastic worker", the library's (a non-zero
+    # integer), read in one place (hvd.common.loader).
+    env = {} if value is None else {'HOROVOD_ELASTIC': value}
+    rc, out = run('''
+        from hvd.common import loader
+        print('elastic', loader.elastic_worker())
+        ''', **env)
+    assert rc == 0 and ('elastic %s' % want) in out, out

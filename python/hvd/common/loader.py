@@ -68,6 +68,16 @@ def raise_error(code, message, phase):
     raise exc
 
 
+def elastic_worker():
+    """Whether this process is an elastic worker: HOROVOD_ELASTIC set to a
+    non-zero integer, the library's own rule (sdk.IsElastic), read here so
+    that no other module reads the launch environment for it."""
+    try:
+        return int(os.environ.get('HOROVOD_ELASTIC', '').strip()) != 0
+    except ValueError:
+        return False
+
+
 def default_path():
     env = os.environ.get('HVD_LIBRARY')
     if env:

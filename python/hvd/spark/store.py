@@ -17,7 +17,6 @@ import hashlib
 import hmac
 import http.client
 import http.server
-import os
 import secrets
 import socket
 import threading
@@ -234,6 +233,3 @@ def interface_ipv4(name):
         s.close()
     return socket.inet_ntoa(packed[20:24])
 
-
-def default_timeout():
-    return float(os.environ.get('HOROVOD_GLOO_TIMEOUT_SECONDS', '') or 30)

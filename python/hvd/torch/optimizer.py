@@ -1,10 +1,10 @@
 """DistributedOptimizer (horovod.torch.optimizer)."""
-import os
 import warnings
 from contextlib import contextmanager
 
 import torch
 
+from hvd.common import loader
 from hvd.common.collectives import check_priority
 from hvd.common.ops import check_adasum
 from hvd.common.process_sets import global_process_set, set_id
@@ -149,7 +149,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._overlap = None
         if overlap_forward is not None:
             owned = _ForwardOverlap.owned(self, overlap_forward)  # checked first: nothing registered on failure
-        if self.process_set.included() and (size() > 1 or os.environ.get('HOROVOD_ELASTIC') == '1'):
+        if self.process_set.included() and (size() > 1 or loader.elastic_worker()):
             if overlap_forward is not None:
                 self._overlap = _ForwardOverlap(self, overlap_forward, owned)
             self._register_hooks()
