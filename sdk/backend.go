@@ -62,6 +62,14 @@ func parseBackend(s string) (string, error) {
 	return "", fmt.Errorf("%w: HVD_BACKEND=%q: want %s", ErrInvalidArgument, s, orList(backends.Choices()))
 }
 
+// BackendBuilt reports whether this build has the backend named name (the
+// backend registry, filled by backends/builtin: mpi in the MPI build, nccl
+// with -tags hvd_nccl): what Horovod's mpi_built()/nccl_built() ask.
+func BackendBuilt(name string) bool {
+	_, ok := backends.Lookup(name)
+	return ok
+}
+
 // orList writes "a, b or c".
 func orList(xs []string) string {
 	if len(xs) < 2 {

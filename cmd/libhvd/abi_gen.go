@@ -11,7 +11,7 @@ import (
 import "C"
 
 // specVersion is the ABI version the Python package checks at load time.
-const specVersion = 3
+const specVersion = 4
 
 // Error codes; functions return them negated.
 const (
@@ -76,6 +76,18 @@ func hvd_abi_version() (ret C.int64_t) {
 		}
 	}()
 	return C.int64_t(implAbiVersion())
+}
+
+// hvd_backend_built 1 when this library has the backend named name (its backend registry: tcp, shm, hier; mpi in the MPI build; nccl in builds with -tags hvd_nccl), else 0; answers before init.
+//
+//export hvd_backend_built
+func hvd_backend_built(name *C.char) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = -1
+		}
+	}()
+	return C.int32_t(implBackendBuilt(C.GoString(name)))
 }
 
 // hvd_init joins the job (hvd.init): static process sets are given flattened, with their sizes; dynamic allows add/remove later.

@@ -114,6 +114,8 @@ func implShutdown() (int32, error) {
 
 func implIsInitialized() int32 { return b2i(sdk.IsInitialized()) }
 
+func implBackendBuilt(name string) int32 { return b2i(sdk.BackendBuilt(name)) }
+
 func b2i(b bool) int32 {
 	if b {
 		return 1

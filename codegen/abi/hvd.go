@@ -4,7 +4,7 @@ package abi
 // (Go) and python/hvd/common/_abi.py (ctypes) are generated from. Bump
 // Version whenever a function, argument, code or value changes meaning.
 var HVD = Spec{
-	Version:   3,
+	Version:   4,
 	Prefix:    "hvd_",
 	GoPackage: "github.com/hvdorg/hvd/cmd/libhvd",
 	Errors: []ErrorCode{
@@ -32,6 +32,8 @@ var HVD = Spec{
 	},
 	Funcs: []Func{
 		{Name: "abi_version", Doc: "returns the spec version the library was generated from", Returns: Int64},
+		{Name: "backend_built", Doc: "1 when this library has the backend named name (its backend registry: tcp, shm, hier; mpi in the MPI build; nccl in builds with -tags hvd_nccl), else 0; answers before init",
+			Args: []Arg{{"name", String, "a backend's registered name"}}, Returns: Int32},
 		{Name: "init", Doc: "joins the job (hvd.init): static process sets are given flattened, with their sizes; dynamic allows add/remove later",
 			Args: []Arg{{"process_sets", Int32s, "every static set's ranks, concatenated"}, {"set_sizes", Int32s, "the size of each static set"},
 				{"set_tokens", Int64s, "per static set: 0 when its ranks are given, else the token of a callable spec (no ranks given; see set_spec_evaluator)"},

@@ -137,3 +137,14 @@ def test_elastic_worker_rule(value, want):
         print('elastic', loader.elastic_worker())
         ''', **env)
     assert rc == 0 and ('elastic %s' % want) in out, out
+
+
+def test_backend_built_from_the_registry():
+    # The library answers from its backend registry (backends/builtin): the
+    # default build has tcp, shm and hier, no nccl; unknown names are 0.
+    rc, out = run('''
+        import hvd.torch as hvd
+        from hvd.common import state
+        print('built', [state.lib().backend_built(n) for n in ('tcp', 'shm', 'hier', 'nccl', 'bogus')], hvd.nccl_built())
+        ''')
+    assert rc == 0 and 'built [1, 1, 1, 0, 0] 0' in out, out

@@ -208,8 +208,10 @@ def stop_timeline():
 
 # Capabilities, answered truthfully: hvd's data plane is its own (shared
 # memory and TCP, in Go), or MPI in the MPI build of libhvd.so (make
-# python-mpi; docs/mpi.md); it is not Gloo, NCCL, DDL or oneCCL, and has no
-# GPU support.
+# python-mpi; docs/mpi.md), or NCCL in builds with -tags hvd_nccl (the
+# library's backend registry answers, hvd_backend_built); it is not Gloo,
+# DDL or oneCCL. mpi_built reads the library file instead of loading it
+# (loading the MPI build loads libmpi).
 def mpi_built():
     """Whether libhvd.so is the MPI build (linked against libmpi)."""
     return mpi.lib_built_with_mpi(loader.loaded() or loader.default_path())
@@ -245,7 +247,10 @@ def gloo_enabled():
 
 
 def nccl_built():
-    return 0
+    """1 when this library has the NCCL data plane (its backend registry:
+    builds with -tags hvd_nccl), else 0. Horovod returns NCCL's version;
+    hvd does not load NCCL to ask."""
+    return 1 if state.lib().backend_built('nccl') else 0
 
 
 def ddl_built():
