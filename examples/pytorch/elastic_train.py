@@ -33,7 +33,7 @@ p.add_argument('--epochs', type=int, default=6)
 p.add_argument('--batch-size', type=int, default=32)
 p.add_argument('--lr', type=float, default=0.05)
 p.add_argument('--samples', type=int, default=2048)
-p.add_argument('--step-sleep', type=float, default=0.01, help='seconds per step (the run lasts past a cooldown)')
+p.add_argument('--step-sleep', type=float, default=0.04, help='seconds per step: the run lasts well past a cooldown of 2 s and a new worker importing torch')
 p.add_argument('--kill-one', action='store_true', help='rank 1 of the first world kills itself (SIGKILL) at step 10')
 args = p.parse_args()
 
