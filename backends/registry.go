@@ -99,6 +99,18 @@ type Build struct {
 	Flat func(ctx context.Context, name string, members []int) (Communicator, error)
 }
 
+// FlatAll is Flat over every member of the set, named name.
+func (b Build) FlatAll(ctx context.Context, name string) (Communicator, error) {
+	if b.Flat == nil {
+		return nil, fmt.Errorf("%w: %s: the Build has no Flat to build a flat communicator with", ErrInvalidArgument, name)
+	}
+	all := make([]int, b.Size)
+	for i := range all {
+		all[i] = i
+	}
+	return b.Flat(ctx, name, all)
+}
+
 // Settings are the job's settings a backend may read, parsed and checked
 // once by the SDK's knob table (sdk/knobs.go), which documents each.
 type Settings struct {

@@ -25,11 +25,7 @@ func init() {
 // sub-communicators are named after the set, so the same set built twice
 // (the engine's and the p2p one) never mixes.
 func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
-	all := make([]int, b.Size)
-	for i := range all {
-		all[i] = i
-	}
-	flat, err := b.Flat(ctx, b.Name, all)
+	flat, err := b.FlatAll(ctx, b.Name)
 	if err != nil {
 		return backends.Planes{}, err
 	}

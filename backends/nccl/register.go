@@ -31,11 +31,7 @@ func init() {
 // or tcp) for the set's host tensors. The SDK pairs it with a host control
 // plane.
 func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
-	all := make([]int, b.Size)
-	for i := range all {
-		all[i] = i
-	}
-	host, err := b.Flat(ctx, b.Name+"/host", all)
+	host, err := b.FlatAll(ctx, b.Name+"/host")
 	if err != nil {
 		return backends.Planes{}, err
 	}

@@ -50,14 +50,7 @@ type Comm struct{ both }
 
 // New is the registry's factory (backends.Backend.New).
 func New(ctx context.Context, b backends.Build) (backends.Planes, error) {
-	if b.Flat == nil {
-		return backends.Planes{}, fmt.Errorf("%w: fake backend: the Build has no Flat", backends.ErrInvalidArgument)
-	}
-	all := make([]int, b.Size)
-	for i := range all {
-		all[i] = i
-	}
-	inner, err := b.Flat(ctx, b.Name+"/fake", all)
+	inner, err := b.FlatAll(ctx, b.Name+"/fake")
 	if err != nil {
 		return backends.Planes{}, err
 	}
