@@ -70,3 +70,20 @@ func TestGetRangeErrors(t *testing.T) {
 		t.Error("a cut range answer decoded")
 	}
 }
+
+// Declaring a world's plan makes room for all its ranks' first
+// connections: they are not evicted as strangers while they connect.
+func TestInitRaisesStrangerBound(t *testing.T) {
+	s := newServer(t, nil)
+	if s.ln.max != MaxStrangerConns {
+		t.Fatalf("bound %d before any plan, want %d", s.ln.max, MaxStrangerConns)
+	}
+	s.Init(map[string]int{"global": 1024, "local_a": 8})
+	if want := 1024 + MaxStrangerConns; s.ln.max != want {
+		t.Fatalf("bound %d after a plan of 1024, want %d", s.ln.max, want)
+	}
+	s.Init(map[string]int{"global": 2})
+	if s.ln.max != 1024+MaxStrangerConns {
+		t.Fatalf("a smaller plan lowered the bound to %d", s.ln.max)
+	}
+}

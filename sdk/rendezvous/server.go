@@ -178,7 +178,8 @@ func (s *Server) Port() int {
 // "global" = size, "local_<host>" = local size, "cross_<local_rank>" = cross
 // size; for epoch > 0 name them with EpochScope). The launcher calls it
 // before starting (or restarting) workers. Requests held by ?wait_ms keep
-// waiting for keys of the new round.
+// waiting for keys of the new round. The bound on connections not yet
+// authenticated grows to the largest scope + MaxStrangerConns.
 func (s *Server) Init(plan map[string]int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,6 +189,7 @@ func (s *Server) Init(plan map[string]int) {
 	for k, v := range plan {
 		s.plan[k] = v
 	}
+	s.expect(plan) // batch.go: a whole world connects at once
 }
 
 // Close stops the server: held GET ?wait_ms requests are answered at once
