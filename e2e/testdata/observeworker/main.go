@@ -1,7 +1,7 @@
 // Command observeworker is the job of e2e/observe_test.go: -n allreduces
-// of -elems float32 on the global set (forever with -n 0), one every
-// -every, then -linger before it shuts down, so that a scraper sees the
-// final counts.
+// of -elems float32 on the global set (with -n 0: until -stop-file
+// exists), one every -every, then it waits for -stop-file (at most two
+// minutes) before it shuts down, so that a scraper sees the final counts.
 package main
 
 import (
@@ -17,7 +17,7 @@ func main() {
 	n := flag.Int("n", 20, "allreduces (0: until killed)")
 	elems := flag.Int("elems", 1024, "float32 elements per allreduce")
 	every := flag.Duration("every", 20*time.Millisecond, "pause between allreduces")
-	linger := flag.Duration("linger", 0, "wait this long before shutting down")
+	stop := flag.String("stop-file", "", "shut down once this file exists")
 	flag.Parse()
 	if err := sdk.Init(sdk.Config{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -26,14 +26,21 @@ func main() {
 	w, _ := sdk.Current()
 	g := w.GlobalProcessSet()
 	buf := make([]float32, *elems)
-	for i := 0; *n == 0 || i < *n; i++ {
+	stopped := func() bool {
+		_, err := os.Stat(*stop)
+		return *stop == "" || err == nil
+	}
+	done := 0
+	for ; (*n == 0 && !stopped()) || (*n > 0 && done < *n); done++ {
 		if err := g.AllreduceInPlace(sdk.TensorOf(buf), sdk.ReduceOptions{Op: sdk.Sum}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		time.Sleep(*every)
 	}
-	fmt.Printf("rank %d: done %d allreduces\n", w.Rank(), *n)
-	time.Sleep(*linger)
+	fmt.Printf("rank %d: done %d allreduces\n", w.Rank(), done)
+	for end := time.Now().Add(2 * time.Minute); !stopped() && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	sdk.Shutdown()
 }
