@@ -258,9 +258,9 @@ func TestPrometheusScrapesJob(t *testing.T) {
 	}
 	for q, want := range map[string]int{
 		`hvd_op_phase_seconds_count{phase=~"queue|negotiation|execution"}`: 9,
-		`hvd_backend_info{backend="SHM"}`:                                   3,
-		`hvd_world_size == 3`:                                               3,
-		`hvd_store_requests_total{method="PUT"}`:                            1,
+		`hvd_backend_info{backend="SHM"}`:                                  3,
+		`hvd_world_size == 3`:                                              3,
+		`hvd_store_requests_total{method="PUT"}`:                           1,
 	} {
 		if s, err := query(q); err != nil || len(s) != want {
 			t.Errorf("%s: %d series (%v), want %d", q, len(s), err, want)
