@@ -1,6 +1,9 @@
 package sim
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Allreduce is a large allreduce's predicted time next to the bandwidth
 // bound of the cost model.
@@ -83,4 +86,40 @@ func log2ceil(n int) int {
 		k++
 	}
 	return k
+}
+
+// PredictSmallAllreduce is a small allreduce (under backends/hier's split
+// size, 64 KiB) on n ranks as backends/hier runs it (allreduceLeaders):
+// each host's ranks reduce to their leader over shared memory, the
+// leaders exchange directly (backends/tcp's small-message allreduce: every
+// leader sends to every other), and each leader hands the result back over
+// shared memory; on the Clock, so the NIC and per-message costs apply.
+func PredictSmallAllreduce(m Model, n, bytes int) time.Duration {
+	c := NewClock(m, n)
+	var ls []int
+	for r := 0; r < n; r += m.HostSize {
+		ls = append(ls, r)
+	}
+	at := make([]time.Duration, n)
+	for _, l := range ls {
+		for r := l + 1; r < min(l+m.HostSize, n); r++ {
+			at[l] = max(at[l], c.Send(r, l, bytes, 0, m.Shm))
+		}
+	}
+	got := slices.Clone(at)
+	for _, a := range ls {
+		for _, b := range ls {
+			if a != b {
+				got[b] = max(got[b], c.Send(a, b, bytes, at[a], m.Net))
+			}
+		}
+	}
+	var end time.Duration
+	for _, l := range ls {
+		end = max(end, got[l])
+		for r := l + 1; r < min(l+m.HostSize, n); r++ {
+			end = max(end, c.Send(l, r, bytes, got[l], m.Shm))
+		}
+	}
+	return end
 }

@@ -19,6 +19,7 @@ type Formation struct {
 	Ranks    int
 	Requests int64         // HTTP requests the store served
 	Time     time.Duration // wall time until every rank had its world
+	Evicted  int64         // connections the store closed as unauthenticated strangers (guard.go)
 }
 
 // FormWorld measures the real rendezvous store (its HTTP server on
@@ -35,7 +36,7 @@ type Formation struct {
 // batched false hides the store's range reads (backends.StoreRangeGetter),
 // as before they existed: every value is one request.
 func FormWorld(ctx context.Context, srv *rendezvous.Server, secret []byte, n, hostSize, epoch int, batched bool) (Formation, error) {
-	before := srv.Stats().Requests
+	before, evicted := srv.Stats().Requests, srv.Stats().Evicted
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -71,5 +72,6 @@ func FormWorld(ctx context.Context, srv *rendezvous.Server, secret []byte, n, ho
 	if err := <-errs; err != nil {
 		return Formation{}, err
 	}
-	return Formation{Ranks: n, Requests: srv.Stats().Requests - before, Time: time.Since(start)}, nil
+	st := srv.Stats()
+	return Formation{Ranks: n, Requests: st.Requests - before, Time: time.Since(start), Evicted: st.Evicted - evicted}, nil
 }

@@ -42,11 +42,13 @@ type Row struct {
 	KeyByKeyEstimated        bool
 	ElasticBefore, ElasticAf Recovery
 	Allreduce                Allreduce
+	Small                    time.Duration // an 8 B allreduce's execution (PredictSmallAllreduce)
 }
 
 // Run simulates every size of cfg.
 func Run(ctx context.Context, cfg Config) ([]Row, error) {
-	if err := cfg.Model.Validate(); err != nil {
+	var err error
+	if err = cfg.Model.Validate(); err != nil {
 		return nil, err
 	}
 	say := cfg.Progress
@@ -54,14 +56,24 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		say = func(string, ...any) {}
 	}
 	secret := []byte("hvdsim")
-	srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: "127.0.0.1:0", Secret: secret})
-	if err != nil {
-		return nil, err
+	// Two stores: today's (key by key, the fixed bound on connections not
+	// yet authenticated) and the changed one (range reads, and the plan
+	// declared as hvdrun does, which raises that bound).
+	var srvs [2]*rendezvous.Server
+	for i := range srvs {
+		if srvs[i], err = rendezvous.NewServer(rendezvous.ServerConfig{Addr: "127.0.0.1:0", Secret: secret}); err != nil {
+			return nil, err
+		}
+		defer srvs[i].Close()
 	}
-	defer srv.Close()
 	epoch := 0
 	form := func(n int, batched bool) (Formation, error) {
 		epoch++
+		srv := srvs[0]
+		if batched {
+			srv = srvs[1]
+			srv.Init(map[string]int{rendezvous.EpochScope("hvd", epoch): n})
+		}
 		return FormWorld(ctx, srv, secret, n, cfg.Model.HostSize, epoch, batched)
 	}
 	var rows []Row
@@ -82,6 +94,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		}
 		row.Conns = CountConnections(cfg.Model, n)
 		row.Allreduce = PredictAllreduce(cfg.Model, n, cfg.Bytes)
+		row.Small = PredictSmallAllreduce(cfg.Model, n, 8)
 		survivors := n - min(cfg.Model.HostSize, n)
 		say("N=%d: store, range reads", n)
 		if row.Ranged, err = form(n, true); err != nil {
@@ -190,13 +203,13 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 		m.Loopback.Latency, m.Loopback.CPU, m.Loopback.Bandwidth/1e9, cfg.Tensors)
 	fmt.Fprintln(w, "Negotiation per round (flat = today; hier = host leaders aggregate, simulated):")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | hosts | cached round flat | cached round hier | new-op round flat | new-op round hier | rank 0 bytes cached flat / hier | rank 0 bytes new flat / hier | rank 0 msgs cached flat / hier |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| N | hosts | cached round flat | cached round hier | new-op round flat | new-op round hier | rank 0 bytes cached flat / hier | rank 0 bytes new flat / hier | rank 0 msgs cached flat / hier | 8 B allreduce (execution) |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s / %s | %s / %s | %d / %d |\n", r.N, r.Hosts,
+		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s / %s | %s / %s | %d / %d | %s |\n", r.N, r.Hosts,
 			us(r.CachedFlat.Time), us(r.CachedHier.Time), us(r.NewFlat.Time), us(r.NewHier.Time),
 			kb(r.CachedFlat.Rank0Bytes), kb(r.CachedHier.Rank0Bytes), kb(r.NewFlat.Rank0Bytes), kb(r.NewHier.Rank0Bytes),
-			r.CachedFlat.Rank0Msgs, r.CachedHier.Rank0Msgs)
+			r.CachedFlat.Rank0Msgs, r.CachedHier.Rank0Msgs, us(r.Small))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Connections, store, elastic recovery, 64 MiB allreduce:")
@@ -212,9 +225,15 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 		if r.Allreduce.Bound > 0 {
 			ratio = fmt.Sprintf("%.2f", float64(r.Allreduce.Predicted)/float64(r.Allreduce.Bound))
 		}
-		fmt.Fprintf(w, "| %d | %d | %d | %d | %d, %s%s | %d, %s | %s | %s | %s | %s | %s |\n", r.N,
+		ev := func(f Formation) string {
+			if f.Evicted > 0 {
+				return fmt.Sprintf(" (%d evicted)", f.Evicted)
+			}
+			return ""
+		}
+		fmt.Fprintf(w, "| %d | %d | %d | %d | %d, %s%s%s | %d, %s%s | %s | %s | %s | %s | %s |\n", r.N,
 			r.Conns.Today, r.Conns.Needed, r.Conns.Goal,
-			r.KeyByKey.Requests, us(r.KeyByKey.Time), est, r.Ranged.Requests, us(r.Ranged.Time),
+			r.KeyByKey.Requests, us(r.KeyByKey.Time), est, ev(r.KeyByKey), r.Ranged.Requests, us(r.Ranged.Time), ev(r.Ranged),
 			us(r.ElasticBefore.Total), us(r.ElasticAf.Total),
 			us(r.Allreduce.Predicted), us(r.Allreduce.Bound), ratio)
 	}
