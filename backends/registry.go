@@ -140,6 +140,9 @@ type SetInfo struct {
 	// Candidates): a backend may serve more sets when named (MPI on one
 	// host).
 	Chosen bool
+	// MPILaunch: an MPI launcher started the job (the SDK reads the launch
+	// variables: rendezvous.MPILaunched), so MPI may serve it.
+	MPILaunch bool
 }
 
 var registry struct {

@@ -129,7 +129,7 @@ func (w *World) newComm(ctx context.Context, prefix string, setID int, gen int64
 // setInfo is what the registry decides a set's backend from.
 func (w *World) setInfo(ranks []int, hosts int, flat bool) backends.SetInfo {
 	return backends.SetInfo{Size: len(ranks), Hosts: hosts, Flat: flat,
-		HierAllreduce: w.knobs.hierAllreduce, HierAllgather: w.knobs.hierAllgather}
+		HierAllreduce: w.knobs.hierAllreduce, HierAllgather: w.knobs.hierAllgather, MPILaunch: w.mpiLaunch}
 }
 
 // connect builds a communicator over ranks with the first registered

@@ -88,6 +88,7 @@ type World struct {
 	spin   time.Duration
 
 	backend           string // auto or a registered backend's name (backend.go)
+	mpiLaunch         bool   // an MPI launcher started the job (rendezvous.MPILaunched)
 	shmFallbackLogged atomic.Bool
 
 	knobs    knobs
@@ -157,6 +158,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	}
 	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: k.backend, knobs: k,
 		spin: k.spin, dynamic: cfg.Dynamic || k.dynamic, reg: reg}
+	w.mpiLaunch = rendezvous.MPILaunched(getenv)
 	w.logf = cfg.Logf
 	if w.logf == nil {
 		w.logf = func(format string, args ...any) {

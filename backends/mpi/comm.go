@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -36,7 +35,7 @@ func init() {
 		// set, on one host too; under auto only sets that span hosts.
 		Name: "mpi", Label: "MPI", Preference: 5, Choosable: true, OwnControl: false,
 		Serves: func(s backends.SetInfo) bool {
-			return Launched() && s.Size >= 1 && !s.Flat && (s.Hosts > 1 || s.Chosen)
+			return (s.MPILaunch || initOK.Load()) && s.Size >= 1 && !s.Flat && (s.Hosts > 1 || s.Chosen)
 		},
 		New: factory,
 		Doc: "MPI (the MPI build under mpirun): collectives on an MPI communicator per set, negotiation over the set's host transport",
@@ -52,17 +51,6 @@ func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
 		return backends.Planes{}, err
 	}
 	return backends.Planes{Data: c}, nil
-}
-
-// Launched reports whether this process runs under an MPI launcher
-// (mpirun/mpiexec of Open MPI or MPICH/Hydra), or has MPI initialized.
-func Launched() bool {
-	for _, v := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HVD_MPI_STORE_ADDR"} {
-		if os.Getenv(v) != "" {
-			return true
-		}
-	}
-	return initOK.Load()
 }
 
 var (

@@ -2,6 +2,20 @@ package rendezvous
 
 import "net"
 
+// MPILaunched reports whether an MPI launcher started this process
+// (mpirun/mpiexec of Open MPI: OMPI_COMM_WORLD_SIZE; of MPICH/Hydra:
+// PMI_SIZE) or hvd's Python MPI bootstrap did (HVD_MPI_STORE_ADDR): launch
+// variables, read here with the rest of the launch contract; the MPI
+// backend's registry rule gets the answer (backends.SetInfo.MPILaunch).
+func MPILaunched(getenv func(string) (string, bool)) bool {
+	for _, v := range []string{"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HVD_MPI_STORE_ADDR"} {
+		if s, ok := getenv(v); ok && s != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // mpiStore: under mpirun (Open MPI's OMPI_COMM_WORLD_*, MPICH/Hydra's PMI_*)
 // with no store variable set, the store is found through MPI itself: rank 0
 // serves it on a free port and its address reaches the other ranks over MPI
