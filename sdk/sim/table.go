@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hvdorg/hvd/sdk/rendezvous"
@@ -201,21 +202,18 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 	fmt.Fprintf(w, "model: hosts of %d; net %v + %v CPU/msg, %.1f GB/s NIC; shm %v + %v, %.0f GB/s; loopback TCP %v + %v, %.0f GB/s; %d allreduces a step\n\n",
 		m.HostSize, m.Net.Latency, m.Net.CPU, m.Net.Bandwidth/1e9, m.Shm.Latency, m.Shm.CPU, m.Shm.Bandwidth/1e9,
 		m.Loopback.Latency, m.Loopback.CPU, m.Loopback.Bandwidth/1e9, cfg.Tensors)
-	fmt.Fprintln(w, "Negotiation per round (flat = today; hier = host leaders aggregate, simulated):")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | hosts | cached round flat | cached round hier | new-op round flat | new-op round hier | rank 0 bytes cached flat / hier | rank 0 bytes new flat / hier | rank 0 msgs cached flat / hier | 8 B allreduce (execution) |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	section(w, "Negotiation per round (flat = today; hier = host leaders aggregate, simulated):",
+		"N", "hosts", "cached round flat", "cached round hier", "new-op round flat", "new-op round hier",
+		"rank 0 bytes cached flat / hier", "rank 0 bytes new flat / hier", "rank 0 msgs cached flat / hier", "8 B allreduce (execution)")
 	for _, r := range rows {
 		fmt.Fprintf(w, "| %d | %d | %s | %s | %s | %s | %s / %s | %s / %s | %d / %d | %s |\n", r.N, r.Hosts,
 			us(r.CachedFlat.Time), us(r.CachedHier.Time), us(r.NewFlat.Time), us(r.NewHier.Time),
 			kb(r.CachedFlat.Rank0Bytes), kb(r.CachedHier.Rank0Bytes), kb(r.NewFlat.Rank0Bytes), kb(r.NewHier.Rank0Bytes),
 			r.CachedFlat.Rank0Msgs, r.CachedHier.Rank0Msgs, us(r.Small))
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Connections, store, elastic recovery, 64 MiB allreduce:")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | TCP conns/rank today | needed | goal | store key by key: requests, time | store range reads: requests, time | elastic kill → next step before | after | 64 MiB allreduce predicted | NIC bound | ratio |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	section(w, "\nConnections, store, elastic recovery, 64 MiB allreduce:",
+		"N", "TCP conns/rank today", "needed", "goal", "store key by key: requests, time", "store range reads: requests, time",
+		"elastic kill → next step before", "after", "64 MiB allreduce predicted", "NIC bound", "ratio")
 	for _, r := range rows {
 		est := ""
 		if r.KeyByKeyEstimated {
@@ -237,11 +235,7 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 			us(r.ElasticBefore.Total), us(r.ElasticAf.Total),
 			us(r.Allreduce.Predicted), us(r.Allreduce.Bound), ratio)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Elastic recovery, parts (before → after):")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| N | detect | driver | notify | store | connect | first step | total |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	section(w, "\nElastic recovery, parts (before → after):", "N", "detect", "driver", "notify", "store", "connect", "first step", "total")
 	for _, r := range rows {
 		b, a := r.ElasticBefore, r.ElasticAf
 		pair := func(x, y time.Duration) string {
@@ -260,6 +254,11 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 			last.N, ratioOf(last.CachedHier.Time, first.CachedFlat.Time), first.N, ratioOf(last.CachedFlat.Time, first.CachedFlat.Time),
 			last.Conns.Today, last.Conns.Needed, last.Conns.Goal, us(last.Ranged.Time), us(last.ElasticAf.Total))
 	}
+}
+
+// section prints a title and a markdown table's header.
+func section(w io.Writer, title string, cols ...string) {
+	fmt.Fprintf(w, "%s\n\n| %s |\n|%s\n", title, strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 }
 
 func ratioOf(a, b time.Duration) float64 {
