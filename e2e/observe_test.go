@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -428,5 +429,49 @@ func TestMetricsAuthAndRankZeroServing(t *testing.T) {
 	}
 	if code := j.finish(t); code != 0 {
 		t.Fatalf("hvdrun exited %d:\n%s", code, j.out.String())
+	}
+}
+
+// hvdgen timeline report on timelines of real 3-rank jobs, one per data
+// plane that runs on one host (shm, tcp): every op, tensor and step is
+// counted, the collectives carry the backend's label, and every step names
+// a straggler (the response cache is off, so every op carries per-rank
+// requests).
+func TestTimelineReportOfRealJobs(t *testing.T) {
+	worker := observeWorker(t)
+	if out, err := exec.Command("go", "build", "-o", bin("hvdgen"), "../cmd/hvdgen").CombinedOutput(); err != nil {
+		t.Fatalf("building hvdgen: %v\n%s", err, out)
+	}
+	stop := filepath.Join(t.TempDir(), "stop")
+	os.WriteFile(stop, nil, 0o600)
+	for _, backend := range []string{"shm", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			tl := filepath.Join(t.TempDir(), "timeline.json")
+			out, code := hvdrun(t, 2*time.Minute, []string{"HVD_BACKEND=" + backend, "HOROVOD_CACHE_CAPACITY=0"},
+				"--timeline-filename", tl, "-np", "3", worker, "-n", "6", "-tensors", "3", "-stop-file", stop)
+			if code != 0 {
+				t.Fatalf("job: exit %d\n%s", code, out)
+			}
+			rep, err := exec.Command(bin("hvdgen"), "timeline", "report", tl).CombinedOutput()
+			if err != nil || !strings.Contains(string(rep), "18 ops of 3 tensors in 6 steps") {
+				t.Fatalf("hvdgen timeline report: %v\n%s", err, rep)
+			}
+			page, err := os.ReadFile(strings.TrimSuffix(tl, ".json") + ".html")
+			if err != nil {
+				t.Fatal(err)
+			}
+			label := strings.ToUpper(backend) + "_ALLREDUCE"
+			if !strings.Contains(string(page), label) {
+				t.Errorf("the report names no %s collective", label)
+			}
+			steps := string(page)[strings.Index(string(page), `<table id="steps">`):]
+			steps = steps[:strings.Index(steps, "</table>")]
+			// A step whose requests all reached the coordinator in one
+			// gather has no straggler ("–", nobody waited).
+			named := regexp.MustCompile(`<td>[0-2]</td><td>[0-9.]+ ms</td></tr>`).FindAllString(steps, -1)
+			if n := strings.Count(steps, "<tr><td>"); n != 6 || len(named) == 0 || strings.Count(steps, "<td>–</td><td>0.00 ms</td>")+len(named) != 6 {
+				t.Errorf("steps table: %d rows, %d naming a straggler; want 6, stragglers wherever ranks waited:\n%s", n, len(named), steps)
+			}
+		})
 	}
 }

@@ -113,6 +113,7 @@ PROG=hvdgen (it calls hvdgen --generate-bash-completion).`,
 			initCommand(),
 			generateCommand(),
 			pluginCommand(),
+			timelineCommand(),
 		},
 		// Errors are returned from Run; main alone maps them to exit codes.
 		ExitErrHandler: func(*cli.Context, error) {},

@@ -1,5 +1,5 @@
-// Command observeworker is the job of e2e/observe_test.go: -n allreduces
-// of -elems float32 on the global set (with -n 0: until -stop-file
+// Command observeworker is the job of e2e/observe_test.go: -n steps of
+// -tensors allreduces of -elems float32 each on the global set (with -n 0: until -stop-file
 // exists), one every -every, then it waits for -stop-file (at most two
 // minutes) before it shuts down, so that a scraper sees the final counts.
 package main
@@ -18,6 +18,7 @@ func main() {
 	elems := flag.Int("elems", 1024, "float32 elements per allreduce")
 	every := flag.Duration("every", 20*time.Millisecond, "pause between allreduces")
 	stop := flag.String("stop-file", "", "shut down once this file exists")
+	tensors := flag.Int("tensors", 1, "allreduces per step (async, named grad.<i>: they fuse)")
 	flag.Parse()
 	if err := sdk.Init(sdk.Config{}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -25,20 +26,34 @@ func main() {
 	}
 	w, _ := sdk.Current()
 	g := w.GlobalProcessSet()
-	buf := make([]float32, *elems)
+	bufs := make([][]float32, *tensors)
+	for i := range bufs {
+		bufs[i] = make([]float32, *elems)
+	}
 	stopped := func() bool {
 		_, err := os.Stat(*stop)
 		return *stop == "" || err == nil
 	}
 	done := 0
 	for ; (*n == 0 && !stopped()) || (*n > 0 && done < *n); done++ {
-		if err := g.AllreduceInPlace(sdk.TensorOf(buf), sdk.ReduceOptions{Op: sdk.Sum}); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+		hs := make([]*sdk.Handle, len(bufs))
+		for i, b := range bufs {
+			h, err := g.AllreduceInPlaceAsync(sdk.TensorOf(b), sdk.ReduceOptions{Op: sdk.Sum, Name: fmt.Sprintf("grad.%d", i)})
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			hs[i] = h
+		}
+		for _, h := range hs {
+			if _, err := h.Wait(); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
 		}
 		time.Sleep(*every)
 	}
-	fmt.Printf("rank %d: done %d allreduces\n", w.Rank(), done)
+	fmt.Printf("rank %d: done %d allreduces\n", w.Rank(), done*len(bufs))
 	for end := time.Now().Add(2 * time.Minute); !stopped() && time.Now().Before(end); {
 		time.Sleep(50 * time.Millisecond)
 	}
