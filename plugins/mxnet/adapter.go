@@ -2,10 +2,10 @@ package main
 
 import (
 	"github.com/hvdorg/hvd/codegen/spec"
+	"github.com/hvdorg/hvd/plugin/v1"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 	"github.com/hvdorg/hvd/plugins/internal/splitgen"
-	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // adapter is the MXNet plugin: hvd.common, hvd.numpy and hvd.mxnet (real

@@ -6,10 +6,10 @@ import (
 
 	"github.com/hvdorg/hvd/codegen/scaffold"
 	"github.com/hvdorg/hvd/codegen/spec"
+	"github.com/hvdorg/hvd/plugin/v1"
 	"github.com/hvdorg/hvd/plugins/internal/pypkg"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 	"github.com/hvdorg/hvd/plugins/internal/splitgen"
-	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 var framework = pyprobe.Framework{

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hvdorg/hvd/plugin/v1"
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 	"github.com/hvdorg/hvd/python"
-	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 func TestPackage(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/codegen/split"
-	"github.com/hvdorg/hvd/plugins/internal/splitgen"
 	"github.com/hvdorg/hvd/plugin/v1"
+	"github.com/hvdorg/hvd/plugins/internal/splitgen"
 )
 
 // inspectScript imports a factory model in the user's interpreter and

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 	"github.com/hvdorg/hvd/plugin/v1"
+	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 )
 
 // TestMain removes the libhvd.so and hvdrun that plugintest.Runtime built.

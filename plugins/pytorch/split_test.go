@@ -14,9 +14,9 @@ import (
 	"testing"
 
 	"github.com/hvdorg/hvd/codegen/spec"
+	"github.com/hvdorg/hvd/plugin/v1"
 	"github.com/hvdorg/hvd/plugins/internal/plugintest"
 	"github.com/hvdorg/hvd/plugins/internal/splitgen"
-	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // needTorch skips unless the system interpreter imports torch (Debian's

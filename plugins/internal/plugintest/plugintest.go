@@ -19,8 +19,8 @@ import (
 
 	"golang.org/x/tools/txtar"
 
-	"github.com/hvdorg/hvd/python"
 	"github.com/hvdorg/hvd/plugin/v1"
+	"github.com/hvdorg/hvd/python"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")

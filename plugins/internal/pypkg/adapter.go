@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 	"github.com/hvdorg/hvd/plugin/v1"
+	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 )
 
 // Adapter is a framework adapter whose package is hvd.common, hvd.numpy

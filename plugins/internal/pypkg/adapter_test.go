@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hvdorg/hvd/plugin/v1"
 	"github.com/hvdorg/hvd/plugins/internal/pyprobe"
 	"github.com/hvdorg/hvd/python"
-	"github.com/hvdorg/hvd/plugin/v1"
 )
 
 // The framework modules are written as they are in python/hvd (byte for

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/hvdorg/hvd/python"
 	"github.com/hvdorg/hvd/plugin/v1"
+	"github.com/hvdorg/hvd/python"
 )
 
 // Core is what every framework package needs (the engines, hvd.spark and
