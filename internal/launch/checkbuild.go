@@ -47,11 +47,15 @@ var Controllers = []Capability{{"MPI", false}, {"Gloo", true}}
 // MPI build, NCCL with -tags hvd_nccl; Gloo is hvd's own CPU collectives),
 // then hvd's own backends that HVD_BACKEND may name (SHM, TCP), by
 // preference.
-func Operations() []Capability {
-	built := backends.Built()
-	out := []Capability{{"NCCL", slices.Contains(built, "nccl")}, {"DDL", false}, {"CCL", false},
-		{"MPI", slices.Contains(built, "mpi")}, {"Gloo", true}}
-	for _, b := range backends.Registered() {
+func Operations() []Capability { return operations(backends.Registered()) }
+
+// operations is Operations for the backends reg (by preference).
+func operations(reg []backends.Backend) []Capability {
+	has := func(name string) bool {
+		return slices.ContainsFunc(reg, func(b backends.Backend) bool { return b.Name == name })
+	}
+	out := []Capability{{"NCCL", has("nccl")}, {"DDL", false}, {"CCL", false}, {"MPI", has("mpi")}, {"Gloo", true}}
+	for _, b := range reg {
 		if b.Choosable && !slices.ContainsFunc(out, func(c Capability) bool { return strings.EqualFold(c.Name, b.Name) }) {
 			out = append(out, Capability{b.Label, true})
 		}

@@ -3,13 +3,16 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/internal/pyfind"
 )
 
@@ -169,5 +172,26 @@ func TestProbePythonReal(t *testing.T) {
 	start := time.Now()
 	if p := ProbePython(context.Background(), fake, env, 300*time.Millisecond); !strings.Contains(p.Err, "did not answer") || time.Since(start) > 10*time.Second {
 		t.Errorf("slow interpreter: %+v after %v", p, time.Since(start))
+	}
+}
+
+// The operation rows follow the backend registry: Horovod's NCCL and MPI
+// rows are marked when their backends are built in, and every other
+// backend HVD_BACKEND may name gets its own row (a composite like hier,
+// not choosable, does not).
+func TestOperationsFromRegistry(t *testing.T) {
+	reg := []backends.Backend{{Name: "mpi", Label: "MPI", Choosable: true}, {Name: "hier", Label: "HIER"},
+		{Name: "shm", Label: "SHM", Choosable: true}, {Name: "tcp", Label: "TCP", Choosable: true},
+		{Name: "fake", Label: "FAKE", Choosable: true}}
+	got := fmt.Sprint(operations(reg))
+	want := "[{NCCL false} {DDL false} {CCL false} {MPI true} {Gloo true} {SHM true} {TCP true} {FAKE true}]"
+	if got != want {
+		t.Errorf("operations:\n got %s\nwant %s", got, want)
+	}
+	if slices.Contains(backends.Built(), "mpi") || slices.Contains(backends.Built(), "nccl") {
+		return // the MPI or GPU build: TestFormatCheckBuild's table is the default build's
+	}
+	if got := fmt.Sprint(Operations()); got != "[{NCCL false} {DDL false} {CCL false} {MPI false} {Gloo true} {SHM true} {TCP true}]" {
+		t.Errorf("this build: %s", got)
 	}
 }
