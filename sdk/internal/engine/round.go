@@ -287,14 +287,27 @@ func (e *Engine) round() error {
 	}
 	local := classify(reqs, joining, e.cache)
 	pw := e.publish().words()
-	all, err := e.exchangeStatus(append(local.status, pw[:]...))
-	if err != nil {
-		return err
+	status := append(local.status, pw[:]...)
+	var plan roundPlan
+	if rd, ok := e.control.(backends.StatusReducer); ok && e.n >= statusTreeMin {
+		// Large sets: the combination along a tree, log2(n) messages a
+		// member instead of n−1 (statusreduce.go).
+		sum, err := e.reduceStatus(rd, status, local.words)
+		if err != nil {
+			return err
+		}
+		e.adopt(paramsFromWords(sum[len(local.status):]))
+		plan = decideSummary(local, sum, e.cache)
+	} else {
+		all, err := e.exchangeStatus(status)
+		if err != nil {
+			return err
+		}
+		e.adopt(paramsFromWords(all[0][len(local.status):]))
+		plan = decide(local, all, e.cache)
 	}
-	e.adopt(paramsFromWords(all[0][len(local.status):]))
 	t1 := time.Now()
 	e.stats.status.Add(int64(t1.Sub(t0)))
-	plan := decide(local, all, e.cache)
 	e.waiting = plan.Waiting
 	e.stats.rounds.Add(1)
 	e.stats.cached.Add(uint64(len(plan.Cached)))
@@ -391,10 +404,7 @@ func (e *Engine) exchangeStatus(status []uint64) ([][]uint64, error) {
 	if err := e.control.AllgatherStatus(words(status), buf); err != nil {
 		return nil, err
 	}
-	flat := make([]uint64, len(status)*e.n)
-	for i := range flat {
-		flat[i] = binary.LittleEndian.Uint64(buf[8*i:])
-	}
+	flat := wordsOf(buf)
 	all := make([][]uint64, e.n)
 	for r := range all {
 		all[r] = flat[len(status)*r : len(status)*(r+1)]
