@@ -15,9 +15,10 @@ import (
 type Control int
 
 const (
-	// Flat is today's control plane (tcp, and hier's flat mesh): every
-	// member sends its status vector to every other member, its requests
-	// to set rank 0, and set rank 0 sends the response list to each.
+	// Flat is the control plane of sets under 64 members (tcp, and hier's
+	// flat mesh), and of every set before issue 31: every member sends its
+	// status vector to every other member, its requests to set rank 0, and
+	// set rank 0 sends the response list to each.
 	Flat Control = iota
 	// Hier aggregates through host leaders: members hand their status
 	// vector to their host's leader over shared memory, the leader
@@ -25,16 +26,28 @@ const (
 	// recursive doubling and hand the summary back; requests go to the
 	// leader, which forwards its host's bundle to set rank 0; the response
 	// list comes back down a binomial tree over the leaders, then over
-	// shared memory.
+	// shared memory. Simulated only: no backend offers it.
 	Hier
+	// Tree is what sets of 64 members or more do since issue 31
+	// (engine/statusreduce.go): the status vectors combined by recursive
+	// doubling over the flat TCP mesh (backends/tcp ReduceStatus), the
+	// requests and the response list as Flat.
+	Tree
 )
 
 func (c Control) String() string {
-	if c == Hier {
+	switch c {
+	case Hier:
 		return "hier"
+	case Tree:
+		return "tree"
 	}
 	return "flat"
 }
+
+// flatMessages says whether requests and the response list go directly
+// to and from set rank 0.
+func (s *Set) flatMessages() bool { return s.ctl != Hier || s.m.Hosts(len(s.members)) == 1 }
 
 // Round is what one negotiation round cost on the simulated clock.
 type Round struct {
@@ -162,7 +175,20 @@ func (s *Set) round() (Round, error) {
 		t[r] = c.Work(r, 0, d)
 	}
 	neg := make([]bool, n)
-	if s.ctl == Flat || s.m.Hosts(n) == 1 {
+	if s.ctl == Tree {
+		all := make([]int, n)
+		sums := make([][]uint64, n)
+		for r := range all {
+			all[r] = r
+			sums[r] = status[r]
+		}
+		sum := doubling(c, all, sums, t, 8*len(status[0]), W, s.m.Loopback)
+		d := s.eachMember(func(r int, mb *engine.Member) { neg[r] = mb.DecideSummary(sum) })
+		for r := range t {
+			t[r] = c.Work(r, t[r], d)
+		}
+		cpu0 += d
+	} else if s.ctl == Flat || s.m.Hosts(n) == 1 {
 		bytes := 8 * len(status[0])
 		got := slices.Clone(t)
 		for a := range n {
@@ -263,25 +289,57 @@ func (s *Set) summarise(c *Clock, status [][]uint64, t []time.Duration, W int) (
 	for h, l := range ls {
 		at[h] = c.Work(l, at[h], d)
 	}
-	// combine merges the summaries of leaders lo < hi, lo's first (so set
-	// rank 0's settings words survive), into both.
+	sum := doubling(c, ls, sums, at, bytes, W, s.m.Net)
+	out := make([]time.Duration, n)
+	for h, l := range ls {
+		out[l] = at[h]
+		for r := l + 1; r < min(l+s.m.HostSize, n); r++ {
+			out[r] = c.Send(l, r, bytes, at[h], s.m.Shm)
+		}
+	}
+	return sum, out
+}
+
+// doubling is backends/tcp's ReduceStatus among parts (ranks, by set
+// rank), each holding sums[i] from at[i]: with P the largest power of two
+// ≤ len(parts), parts P… exchange with part i−P (the lower one sends its
+// own back, which wakes an idle rank), the first P combine at distance 1,
+// 2, 4 …, then hand the result to i+P. The lower group's summary is always
+// combined first, as engine.CombineStatus needs for set rank 0's settings.
+// It returns the combination; at[i] becomes when part i holds it.
+func doubling(c *Clock, parts []int, sums [][]uint64, at []time.Duration, bytes, W int, link Link) []uint64 {
+	H := len(parts)
+	var d time.Duration // one combination's CPU: the median of a few
+	{
+		ds := make([]time.Duration, 15)
+		for i := range ds {
+			ds[i] = timed(func() {
+				sum := engine.NewStatusSummary(W, engine.StatusExtraWords)
+				sum = engine.CombineStatus(sum, sums[0], W)
+				_ = engine.CombineStatus(sum, sums[H-1], W)
+			})
+		}
+		d = median(ds)
+	}
 	combine := func(lo, hi int) {
 		sum := engine.NewStatusSummary(W, engine.StatusExtraWords)
 		sum = engine.CombineStatus(sum, sums[lo], W)
 		sum = engine.CombineStatus(sum, sums[hi], W)
 		sums[lo], sums[hi] = sum, slices.Clone(sum)
-		at[lo] = c.Work(ls[lo], at[lo], d)
-		at[hi] = c.Work(ls[hi], at[hi], d)
+		at[lo] = c.Work(parts[lo], at[lo], d)
+		at[hi] = c.Work(parts[hi], at[hi], d)
 	}
-	P := 1 << (bits.Len(uint(H)) - 1) // the largest power of two ≤ H
-	for h := P; h < H; h++ {          // fold the extra leaders in
-		at[h-P] = max(at[h-P], c.Send(ls[h], ls[h-P], bytes, at[h], s.m.Net))
+	P := 1 << (bits.Len(uint(H)) - 1)
+	for h := P; h < H; h++ { // fold the extra parts in
+		lo := at[h-P]
+		at[h-P] = max(at[h-P], c.Send(parts[h], parts[h-P], bytes, at[h], link))
+		at[h] = max(at[h], c.Send(parts[h-P], parts[h], bytes, lo, link))
 		combine(h-P, h)
 	}
 	for k := 1; k < P; k <<= 1 {
-		next := append([]time.Duration(nil), at[:P]...)
+		next := slices.Clone(at[:P])
 		for h := range P {
-			next[h^k] = max(next[h^k], c.Send(ls[h], ls[h^k], bytes, at[h], s.m.Net))
+			next[h^k] = max(next[h^k], c.Send(parts[h], parts[h^k], bytes, at[h], link))
 		}
 		copy(at, next)
 		for h := range P {
@@ -291,17 +349,10 @@ func (s *Set) summarise(c *Clock, status [][]uint64, t []time.Duration, W int) (
 		}
 	}
 	for h := P; h < H; h++ { // and hand them the result
-		at[h] = c.Send(ls[h-P], ls[h], bytes, at[h-P], s.m.Net)
+		at[h] = max(at[h], c.Send(parts[h-P], parts[h], bytes, at[h-P], link))
 		sums[h] = sums[h-P]
 	}
-	out := make([]time.Duration, n)
-	for h, l := range ls {
-		out[l] = at[h]
-		for r := l + 1; r < min(l+s.m.HostSize, n); r++ {
-			out[r] = c.Send(l, r, bytes, at[h], s.m.Shm)
-		}
-	}
-	return sums[0], out
+	return sums[0]
 }
 
 // gather carries every member's message to set rank 0 and returns when it
@@ -309,7 +360,7 @@ func (s *Set) summarise(c *Clock, status [][]uint64, t []time.Duration, W int) (
 func (s *Set) gather(c *Clock, msgs [][]byte, t []time.Duration) time.Duration {
 	n := len(s.members)
 	at0 := t[0]
-	if s.ctl == Flat || s.m.Hosts(n) == 1 {
+	if s.flatMessages() {
 		for r := 1; r < n; r++ {
 			at0 = max(at0, c.Send(r, 0, len(msgs[r]), t[r], s.m.Loopback))
 		}
@@ -334,7 +385,7 @@ func (s *Set) gather(c *Clock, msgs [][]byte, t []time.Duration) time.Duration {
 // becomes when r holds it.
 func (s *Set) bcast(c *Clock, bytes int, t []time.Duration) {
 	n := len(s.members)
-	if s.ctl == Flat || s.m.Hosts(n) == 1 {
+	if s.flatMessages() {
 		for r := 1; r < n; r++ {
 			t[r] = max(t[r], c.Send(0, r, bytes, t[0], s.m.Loopback))
 		}

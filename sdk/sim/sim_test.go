@@ -36,12 +36,15 @@ func TestRunShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rows {
-		if r.CachedFlat.Negotiated || r.CachedHier.Negotiated || !r.NewFlat.Negotiated || !r.NewHier.Negotiated {
+		if r.CachedFlat.Negotiated || r.CachedHier.Negotiated || r.CachedTree.Negotiated || !r.NewFlat.Negotiated || !r.NewHier.Negotiated || !r.NewTree.Negotiated {
 			t.Fatalf("N=%d: cached rounds negotiated or new ones did not: %+v", r.N, r)
 		}
 		// Flat: rank 0 hears from everyone; hier: from its host and log2(hosts) leaders.
 		if r.CachedFlat.Rank0Msgs != r.N-1 {
 			t.Errorf("N=%d: flat cached round: rank 0 got %d messages, want %d", r.N, r.CachedFlat.Rank0Msgs, r.N-1)
+		}
+		if want := log2ceil(r.N); r.CachedTree.Rank0Msgs != want { // N a power of two here
+			t.Errorf("N=%d: tree cached round: rank 0 got %d messages, want %d", r.N, r.CachedTree.Rank0Msgs, want)
 		}
 		if want := cfg.Model.HostSize - 1 + log2ceil(r.Hosts); r.CachedHier.Rank0Msgs != want {
 			t.Errorf("N=%d: hier cached round: rank 0 got %d messages, want %d", r.N, r.CachedHier.Rank0Msgs, want)
@@ -59,8 +62,8 @@ func TestRunShort(t *testing.T) {
 			t.Errorf("N=%d: elastic %+v", r.N, r.ElasticAf)
 		}
 	}
-	if r := rows[1]; r.CachedHier.Time >= r.CachedFlat.Time {
-		t.Errorf("N=64: hierarchical cached round %v not below the flat one %v", r.CachedHier.Time, r.CachedFlat.Time)
+	if r := rows[1]; r.CachedHier.Time >= r.CachedFlat.Time || r.CachedTree.Time >= r.CachedFlat.Time {
+		t.Errorf("N=64: cached rounds hier %v and tree %v not both below the flat one %v", r.CachedHier.Time, r.CachedTree.Time, r.CachedFlat.Time)
 	}
 }
 
@@ -85,5 +88,26 @@ func TestModelValidate(t *testing.T) {
 	}
 	if _, err := NewSet(DefaultModel(), 0, Flat, -1, -1); err == nil {
 		t.Fatal("a set of 0 members was made")
+	}
+}
+
+// The tree and the leaders with a number of members that is not a power
+// of two (and hosts that are not): a step negotiates, the next runs from
+// the cache (the members agreeing, which Set checks every round).
+func TestTreeOddSize(t *testing.T) {
+	for _, ctl := range []Control{Tree, Hier} {
+		s, err := NewSet(DefaultModel(), 24, ctl, -1, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for step := range 2 {
+			rs, err := s.Step(Gradients("g", 10))
+			if err != nil {
+				t.Fatalf("%v step %d: %v", ctl, step, err)
+			}
+			if last := rs[len(rs)-1]; last.Executed == 0 || (step == 1 && last.Negotiated) {
+				t.Fatalf("%v step %d: %+v", ctl, step, rs)
+			}
+		}
 	}
 }
