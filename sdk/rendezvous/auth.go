@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,15 +19,38 @@ import (
 //
 // where requestURI is the escaped path plus "?" and the query, exactly as sent
 // on the request line. The server rejects a missing or wrong signature, and a
-// timestamp more than MaxClockSkew away from its clock, with 401. A captured
-// request can be replayed within that window; values are small rendezvous
-// data, so the window is accepted rather than keeping a nonce cache.
+// timestamp more than MaxClockSkew away from its clock, with 401. It accepts
+// each signed request once (replayGuard): a captured request sent again
+// while its timestamp is still within the window is refused with 401 too.
 const (
 	HeaderAuth      = "X-Hvd-Auth"
 	HeaderTimestamp = "X-Hvd-Timestamp"
 	// MaxClockSkew bounds |server clock - X-Hvd-Timestamp|.
 	MaxClockSkew = 5 * time.Minute
+	// headerReplayed marks a 401 for a request whose signature the store
+	// accepted before: the client signs it again with a new timestamp and
+	// retries (two processes may sign the same request in the same
+	// nanosecond, and net/http may resend a request on a broken connection).
+	headerReplayed = "X-Hvd-Replayed"
 )
+
+// stamper keeps a client's X-Hvd-Timestamps strictly increasing, so
+// that no two requests of one client share a signature even on a coarse
+// clock. The zero value is ready; safe for concurrent use.
+type stamper struct{ last atomic.Int64 }
+
+// next returns the timestamp for the next signed request.
+func (s *stamper) next(now time.Time) int64 {
+	for {
+		last, ns := s.last.Load(), now.UnixNano()
+		if ns <= last {
+			ns = last + 1
+		}
+		if s.last.CompareAndSwap(last, ns) {
+			return ns
+		}
+	}
+}
 
 // sign computes the X-Hvd-Auth value.
 func sign(secret []byte, method, requestURI, timestamp string, body []byte) string {
@@ -85,4 +110,64 @@ func verifySum(secret []byte, method, requestURI, timestamp, auth string, bodySu
 		return fmt.Errorf("%s signature does not match: the client uses a different secret key (HVD_SECRET_KEY) than the store", HeaderAuth)
 	}
 	return nil
+}
+
+// replayGuard remembers the signature of every accepted request until its
+// timestamp leaves the MaxClockSkew window, so that the same signed request
+// (same method, URI, timestamp and body, hence the same X-Hvd-Auth) is
+// accepted once: a replay of a captured GET or PUT is refused. The
+// signature is the nonce: a client signs every request (and every retry)
+// with a new nanosecond timestamp. Entries are bucketed by the time their
+// timestamp leaves the window, and whole buckets are dropped, so the cost
+// is one map insert per request and memory is about 40 bytes per request
+// of the last MaxClockSkew (docs/security.md). The zero value is ready;
+// safe for concurrent use.
+type replayGuard struct {
+	mu    sync.Mutex
+	seen  map[int64]map[[16]byte]struct{} // by expiry / replayBucket
+	swept int64                           // the bucket of the last sweep
+	fresh int                             // remembered signatures (tests)
+}
+
+const replayBucket = 10 * time.Second
+
+// first records the signature auth (hex, checked by verifySum) of a request
+// with timestamp ts (checked by checkAuthHeaders) and reports whether it was
+// not seen before.
+func (g *replayGuard) first(ts, auth string, now time.Time) bool {
+	ns, err := strconv.ParseInt(ts, 10, 64)
+	raw, herr := hex.DecodeString(auth)
+	if err != nil || herr != nil || len(raw) < 16 {
+		return false // checked before: cannot happen
+	}
+	var k [16]byte
+	copy(k[:], raw)
+	b := (ns + int64(MaxClockSkew)) / int64(replayBucket)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if cur := now.UnixNano() / int64(replayBucket); cur != g.swept {
+		// A bucket below cur holds only expiries before now: those
+		// timestamps are refused by checkAuthHeaders already.
+		for x, m := range g.seen {
+			if x < cur {
+				g.fresh -= len(m)
+				delete(g.seen, x)
+			}
+		}
+		g.swept = cur
+	}
+	if g.seen == nil {
+		g.seen = map[int64]map[[16]byte]struct{}{}
+	}
+	m := g.seen[b]
+	if m == nil {
+		m = map[[16]byte]struct{}{}
+		g.seen[b] = m
+	}
+	if _, dup := m[k]; dup {
+		return false
+	}
+	m[k] = struct{}{}
+	g.fresh++
+	return true
 }

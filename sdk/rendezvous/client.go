@@ -66,6 +66,7 @@ type Client struct {
 	longPoll atomic.Bool
 
 	now        func() time.Time // injectable for tests
+	stamps     stamper          // auth.go
 	retryDelay time.Duration
 }
 
@@ -322,6 +323,8 @@ func (c *Client) do(ctx context.Context, method, scope, key, query string, body 
 		switch {
 		case resp.status == http.StatusOK || resp.status == http.StatusNotFound:
 			return resp, nil
+		case resp.status == http.StatusUnauthorized && resp.header.Get(headerReplayed) != "":
+			last = fmt.Errorf("status %d: %s", resp.status, serverText(resp.body)) // signed again below
 		case resp.status == http.StatusUnauthorized || resp.status == http.StatusForbidden:
 			return nil, fmt.Errorf("%w: %s %s at store %s answered %d: %s", ErrUnauthorized, method, pathq, c.addr, resp.status, serverText(resp.body))
 		case resp.status == http.StatusServiceUnavailable && resp.header.Get(headerClosed) != "":
@@ -347,7 +350,7 @@ func (c *Client) once(ctx context.Context, method, pathq string, body []byte) (*
 		return nil, err
 	}
 	if c.secret != nil {
-		ts := strconv.FormatInt(c.now().UnixNano(), 10)
+		ts := strconv.FormatInt(c.stamps.next(c.now()), 10)
 		req.Header.Set(HeaderTimestamp, ts)
 		req.Header.Set(HeaderAuth, sign(c.secret, method, req.URL.RequestURI(), ts, body))
 	}

@@ -104,6 +104,7 @@ type Server struct {
 	requests atomic.Int64 // every request seen, for tests
 	counts   reqCounts    // by method and refusal (Stats)
 	now      func() time.Time
+	replays  replayGuard // auth.go
 }
 
 type waitKey struct{ scope, key string }
@@ -295,6 +296,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err := verifySum(s.secret, r.Method, r.RequestURI, ts, auth, sum); err != nil {
 			w.Header().Set("Connection", "close")
 			s.fail(w, http.StatusUnauthorized, "request rejected: %v", err)
+			return
+		}
+		if !s.replays.first(ts, auth, s.now()) {
+			w.Header().Set(headerReplayed, "1")
+			s.fail(w, http.StatusUnauthorized, "request rejected: replayed: this signed request (%s %s) was accepted before; a client signs each request with a new timestamp", r.Method, r.URL.EscapedPath())
 			return
 		}
 	}
