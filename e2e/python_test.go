@@ -125,7 +125,7 @@ func TestPythonP2P(t *testing.T) {
 // Loading: HVD_LIBRARY, version check, a second Go runtime, fork.
 func TestPythonLoader(t *testing.T) {
 	pkg := pythonPackage(t)
-	cmd := exec.Command(python, append(pytestArgs, "../python/tests/test_loader.py")...)
+	cmd := exec.Command(python, append(pytestArgs, "../python/tests/test_loader.py", "../python/tests/test_process_set_errors.py")...)
 	cmd.Env = append(os.Environ(), pyEnv(pkg, "HVD_TEST_NO_INIT=1")...)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !regexp.MustCompile(`\d+ passed in`).Match(out) || strings.Contains(string(out), "skipped") {

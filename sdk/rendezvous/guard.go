@@ -41,8 +41,13 @@ const (
 	// smallBodyBytes: bodies up to this size skip the budget (bounded by
 	// MaxStrangerConns instead).
 	smallBodyBytes = 4 << 10
-	// maxHeaderBytes bounds a request's header block (paths are short).
-	maxHeaderBytes = 8 << 10
+	// MaxHeaderBytes bounds a request's line and header block together
+	// (paths are short): larger ones get 431.
+	MaxHeaderBytes = 8 << 10
+	// maxHeaderBytes is http.Server.MaxHeaderBytes for MaxHeaderBytes:
+	// net/http reads up to 4096 bytes more than its setting (its bufio
+	// slop); without taking them off, 12 KiB got through.
+	maxHeaderBytes = MaxHeaderBytes - 4096
 	headerTimeout  = 5 * time.Second
 	budgetWait     = 5 * time.Second
 )

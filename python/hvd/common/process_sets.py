@@ -118,14 +118,14 @@ def remove_id(pid):
 
 def init_process_sets(process_set_list):
     """Called by init(): maps the ProcessSet objects passed to init to the
-    sets the library registered (by their ranks); KeyError for one it does
+    sets the library registered (by their ranks); ValueError for one it does
     not know."""
     global_process_set.ranks = list(range(state.size()))
     known = {tuple(ranks): i for i, ranks in registered().items()}
     for ps in process_set_list:
         key = tuple(ps.ranks) if ps.spec is None else tuple(setspecs.ranks_of(ps.spec, state.size()))
         if key not in known:
-            raise KeyError('process set %s is not registered (hvd was initialized with other process sets)' % ps)
+            raise ValueError('process set %s is not registered (hvd was initialized with other process sets)' % ps)
         ps.process_set_id, ps.ranks = known[key], list(key)
         _id_to_process_sets.setdefault(ps.process_set_id, []).append(ps)
 
