@@ -38,3 +38,16 @@ func TestRealAPI(t *testing.T) {
 		})
 	}
 }
+
+// TestRealParity runs testdata/real/parity.py under hvdrun -np 2 and -np 3:
+// the classes of failure Horovod's own test_mxnet1.py found (issue 24;
+// bench/parity runs that suite): grouped_reducescatter, errors at call time
+// as MXNetError, broadcast_parameters of deferred-init Gluon parameters,
+// DistributedOptimizer.create_state and a rank outside its process set.
+func TestRealParity(t *testing.T) {
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			runReal(t, np, "testdata/real/parity.py", "hvd.mxnet parity")
+		})
+	}
+}

@@ -26,6 +26,8 @@ Not provided (Horovod has them): reduce, the Adasum delta optimizer (allreduce w
 op=hvd.Adasum works, through hvd.numpy), elastic training.
 """
 import ctypes
+import functools
+import types
 import warnings
 
 import mxnet as mx
@@ -48,6 +50,26 @@ from hvd.numpy import (init, shutdown, is_initialized, start_timeline, stop_time
 
 # The dtypes the plugin describes; anything else is refused with a clear error.
 _DTYPES = frozenset(_plugin.DTYPES)
+
+
+class EnqueueError(mx.base.MXNetError, ValueError):
+    """An op refused when it is called (a bad split, a scalar to scatter, a
+    rank outside the set, ...): Horovod's MXNet ops raise MXNetError there,
+    hvd's collectives ValueError; this is both, so either except clause
+    catches it. Errors found while the op runs stay HorovodInternalError."""
+
+
+def _enqueue_errors(fn):
+    """Re-raises the ValueError an op's checks raise as EnqueueError."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except EnqueueError:
+            raise
+        except ValueError as e:
+            raise EnqueueError(str(e)) from e
+    return wrapper
 
 
 def _check(tensor, what='tensor'):
@@ -111,6 +133,7 @@ def _write(dst, array):
 
 # ---------------------------------------------------------------- allreduce
 
+@_enqueue_errors
 def allreduce(tensor, average=True, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set, op=None):
     """Averages (average=True) or sums the tensor over the process set;
@@ -122,6 +145,7 @@ def allreduce(tensor, average=True, name=None, priority=0, prescale_factor=1.0, 
     return _nd(out, tensor)
 
 
+@_enqueue_errors
 def allreduce_(tensor, average=True, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set, op=None):
     """In-place allreduce: the result is written into tensor, which is returned."""
@@ -135,6 +159,7 @@ def allreduce_(tensor, average=True, name=None, priority=0, prescale_factor=1.0,
     return tensor
 
 
+@_enqueue_errors
 def grouped_allreduce(tensors, average=True, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set, op=None):
     """Allreduces a list of tensors as one group (negotiated together, fused
@@ -148,6 +173,7 @@ def grouped_allreduce(tensors, average=True, name=None, priority=0, prescale_fac
     return [_nd(o, t) for o, t in zip(outs, tensors)]
 
 
+@_enqueue_errors
 def grouped_allreduce_(tensors, average=True, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set, op=None):
     """In-place grouped allreduce; returns the tensors."""
@@ -168,6 +194,7 @@ def grouped_allreduce_(tensors, average=True, name=None, priority=0, prescale_fa
 
 # ---------------------------------------------------------------- allgather
 
+@_enqueue_errors
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates the tensor of every member along dimension 0 (which may
     differ per rank); returns a new NDArray."""
@@ -175,6 +202,7 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     return _nd(_np_ops.allgather(_view(_check(tensor)), name=name, process_set=process_set), tensor)
 
 
+@_enqueue_errors
 def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
     """Allgathers a list of tensors as one group; returns a list."""
     _check_priority(priority)
@@ -186,6 +214,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
 
 # ---------------------------------------------------------------- broadcast
 
+@_enqueue_errors
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """Returns root_rank's tensor on every member (root_rank is a global
     rank, a member of the set); the input is not modified."""
@@ -193,6 +222,7 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     return _nd(_np_ops.broadcast(_view(_check(tensor)), root_rank, name=name, process_set=process_set), tensor)
 
 
+@_enqueue_errors
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place broadcast; returns tensor."""
     _check_priority(priority)
@@ -204,6 +234,7 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
 
 # ----------------------------------------------------------------- alltoall
 
+@_enqueue_errors
 def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
     """Sends splits[i] rows (dimension 0) to the i-th member of the set;
     without splits dimension 0 is divided evenly. Returns the output, or
@@ -222,6 +253,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
 
 # ------------------------------------------------------------ reducescatter
 
+@_enqueue_errors
 def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces the tensor over the set (Sum or Average) and returns this
@@ -230,6 +262,20 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     out = _np_ops.reducescatter(_view(_check(tensor)), name=name, op=op, process_set=process_set,
                                 prescale_factor=prescale_factor, postscale_factor=postscale_factor)
     return _nd(out, tensor)
+
+
+@_enqueue_errors
+def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatters a list of tensors as one group (each as reducescatter
+    does); returns a list of new NDArrays."""
+    _check_priority(priority)
+    if not tensors:
+        return tensors
+    arrs = [_view(_check(t, 'tensors[%d]' % i)) for i, t in enumerate(tensors)]
+    outs = _np_ops.grouped_reducescatter(arrs, name=name, op=op, process_set=process_set,
+                                         prescale_factor=prescale_factor, postscale_factor=postscale_factor)
+    return [_nd(o, t) for o, t in zip(outs, tensors)]
 
 
 # ----------------------------------------------------------- point-to-point
@@ -286,11 +332,15 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __getattr__(self, item):
         return getattr(self._optimizer, item)
 
+    def create_state(self, index, weight):
+        return self._optimizer.create_state(index, weight)
+
     def create_state_multi_precision(self, index, weight):
         return self._optimizer.create_state_multi_precision(index, weight)
 
     def _do_allreduce(self, index, grad):
-        if self._process_set.size() == 1:
+        # A rank outside the process set updates with its own gradient.
+        if self._process_set.size() == 1 or not self._process_set.included():
             return
         prescale = 1.0 / self._gradient_predivide_factor
         if isinstance(index, (tuple, list)):
@@ -399,10 +449,30 @@ def broadcast_parameters(params, root_rank=0, prefix=None, process_set=global_pr
         elif hasattr(p, 'list_data'):
             try:
                 tensors = p.list_data()
-            except Exception as e:  # deferred initialization: no data yet
-                raise ValueError('hvd.mxnet: parameter %s has no data yet (deferred initialization); run a '
-                                 'forward pass or initialize it before broadcast_parameters (%s)' % (name, e))
+            except mx.gluon.parameter.DeferredInitializationError:
+                # Its shape is known at the first forward pass: broadcast it
+                # then, right after MXNet initializes it (as Horovod does).
+                _broadcast_when_initialized(p, root_rank, prefix + str(name), process_set)
+                continue
+            except Exception as e:  # not initialized at all
+                raise ValueError('hvd.mxnet: parameter %s has no data (%s); initialize it before '
+                                 'broadcast_parameters' % (name, e))
         else:
             raise ValueError('invalid parameter %s of type %s' % (name, type(p)))
         for t in tensors:
             broadcast_(t, root_rank, name=prefix + str(name), process_set=process_set)
+
+
+def _broadcast_when_initialized(param, root_rank, name, process_set):
+    """Makes a Parameter whose initialization is deferred broadcast its data
+    from root_rank as soon as MXNet initializes it (its first forward pass;
+    every rank runs that pass, so the broadcasts match)."""
+    init_impl = param._init_impl
+
+    def _init_impl(self, *args, **kwargs):
+        init_impl(*args, **kwargs)
+        del self._init_impl  # once: later re-initializations are the user's
+        for t in self.list_data():
+            broadcast_(t, root_rank, name=name, process_set=process_set)
+
+    param._init_impl = types.MethodType(_init_impl, param)

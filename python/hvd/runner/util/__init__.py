@@ -1,0 +1,1 @@
+"""hvd.runner.util: helpers under Horovod's names (horovod.runner.util)."""
