@@ -98,3 +98,40 @@ func DecideWorld(first bool, slots, minNP, live, survivors, resets, resetLimit i
 	}
 	return PublishWorld
 }
+
+// DecidePartition decides a partition where both sides still reach the
+// store (docs/elastic.md, "Partitions"): the workers on each side fail their
+// collectives with the other side and report it, so every report names a
+// worker that reported too, and the rule that ignores such reports (a
+// survivor blamed by another) would leave the job waiting forever. reports
+// maps each reporter of the world to the worker it blames ("" none); rank
+// and host give a worker's rank and host. Rank 0's side survives (the
+// lowest-ranked reporter that blames anyone, normally rank 0: it holds the
+// state the next world syncs from): when it blames a worker on another
+// host, and that worker or another of that host blames a worker of its
+// host, the blamed worker is returned: the driver cuts off its host. ""
+// when the reports do not show such a mutual blame.
+func DecidePartition(reports map[string]string, rank func(string) int, host func(string) string) string {
+	first := ""
+	for r, c := range reports {
+		if c == "" || rank(r) < 0 || rank(c) < 0 {
+			continue
+		}
+		if first == "" || rank(r) < rank(first) {
+			first = r
+		}
+	}
+	if first == "" {
+		return ""
+	}
+	blamed := reports[first]
+	if _, reported := reports[blamed]; !reported || host(blamed) == host(first) {
+		return ""
+	}
+	for r, c := range reports {
+		if c != "" && host(r) == host(blamed) && host(c) == host(first) {
+			return blamed
+		}
+	}
+	return ""
+}

@@ -55,3 +55,32 @@ func TestDecideWorld(t *testing.T) {
 		}
 	}
 }
+
+func TestDecidePartition(t *testing.T) {
+	ranks := map[string]int{"a:0": 0, "a:1": 1, "b:0": 2, "b:1": 3, "c:0": 4}
+	rank := func(id string) int {
+		if r, ok := ranks[id]; ok {
+			return r
+		}
+		return -1
+	}
+	host := func(id string) string { return id[:1] }
+	for _, tc := range []struct {
+		name    string
+		reports map[string]string
+		want    string
+	}{
+		{"two hosts blame each other", map[string]string{"a:0": "b:0", "a:1": "b:1", "b:0": "a:0", "b:1": "a:1"}, "b:0"},
+		{"across workers of the hosts", map[string]string{"a:0": "b:1", "b:0": "a:1", "b:1": ""}, "b:1"},
+		{"rank 0 silent: the lowest reporter's side", map[string]string{"a:0": "", "a:1": "b:0", "b:0": "a:1"}, "b:0"},
+		{"one side only (a dead or stopped peer: its own rule)", map[string]string{"a:0": "b:0", "a:1": "b:0"}, ""},
+		{"blamed worker reported nobody's host", map[string]string{"a:0": "b:0", "b:0": "c:0"}, ""},
+		{"same host", map[string]string{"a:0": "a:1", "a:1": "a:0"}, ""},
+		{"unknown workers", map[string]string{"x:0": "b:0", "b:0": "x:0"}, ""},
+		{"nothing", map[string]string{}, ""},
+	} {
+		if got := DecidePartition(tc.reports, rank, host); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

@@ -122,3 +122,29 @@ func TestStopped(t *testing.T) {
 		t.Error("a process that does not exist is stopped")
 	}
 }
+
+// A partition where both sides still reach the store (issue 29, item 2):
+// each side's worker reports the other; before, the driver ignored reports
+// against a reporter and waited forever, printing nothing. Rank 0's side
+// keeps running: the other host is cut off and the next world follows.
+func TestElasticPartitionDecided(t *testing.T) {
+	r := elasticJob(t)
+	r.hosts("localhost:1", "127.0.0.1:1")
+	r.start("-np", "2", "--min-np", "1", "--host-discovery-script", r.discovery())
+	r.waitLog("localhost:0 0 0 2 0 0", "127.0.0.1:0 0 1 2 1 0")
+	other := r.pid("127.0.0.1:0", 0)
+	r.cmd("127.0.0.1:0", "report localhost:0")
+	r.cmd("localhost:0", "report 127.0.0.1:0")
+	r.waitLog("localhost:0 0 reported 127.0.0.1:0", "127.0.0.1:0 0 reported localhost:0")
+	r.waitPublished("epoch=1")
+	r.checkWorld(1, "localhost:0", "127.0.0.1:0")
+	assertGoneWithin(t, 3*time.Second, other)
+	r.cmd("localhost:0", "exit 0")
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+	}
+	mustContain(t, "stderr", r.stderr.String(),
+		"hvdrun: elastic: workers localhost:0 (rank 0 of world 0) and 127.0.0.1:0 blame each other: a network partition between hosts localhost and 127.0.0.1",
+		"hvdrun: elastic: blacklisting host 127.0.0.1 for good\n")
+	r.finish()
+}

@@ -773,7 +773,57 @@ func (d *elasticDriver) checkReports(now time.Time) {
 		d.workerFailed(w, what, now, cutOff)
 		return // the world has changed (or the job ended): the rest is about the old one
 	}
+	d.checkPartition(now, prefix, reports)
 }
+
+// checkPartition acts on mutual reports (DecidePartition): once every
+// other live worker of the world reported (ReportMin after the first
+// report of rank 0's side) or ReportGrace passed, the blamed worker's host
+// is cut off: its workers are stopped and the host blacklisted, and the
+// next world follows without them.
+func (d *elasticDriver) checkPartition(now time.Time, prefix string, reports map[string][]byte) {
+	if d.ending {
+		return
+	}
+	by := map[string]string{}
+	for k, v := range reports {
+		by[strings.TrimPrefix(k, prefix)] = strings.TrimSpace(string(v))
+	}
+	host := func(id string) string { return id[:max(strings.LastIndexByte(id, ':'), 0)] }
+	culprit := DecidePartition(by, d.rankOf, host)
+	w := d.byID[culprit]
+	if culprit == "" || w == nil || !d.alive(w) || exiting(w.proc.cmd.Process.Pid) {
+		return
+	}
+	first := ""
+	for r, c := range by {
+		if c == culprit && (first == "" || d.rankOf(r) < d.rankOf(first)) {
+			first = r
+		}
+	}
+	k := prefix + first
+	seen, ok := d.reportSeen[k]
+	if !ok {
+		d.reportSeen[k] = now
+		seen = now
+	}
+	quorum := true
+	for _, s := range d.world {
+		if x := d.byID[WorkerID(s)]; x != nil && d.alive(x) && !hasKey(by, x.id) {
+			quorum = false
+		}
+	}
+	if waited := now.Sub(seen); waited < ReportMin || (!quorum && waited < ReportGrace) {
+		return
+	}
+	what := fmt.Sprintf("workers %s (rank %d of world %d) and %s blame each other: a network partition between hosts %s and %s, both still reaching the store; rank 0's side keeps running: stopping worker %s and cutting off its host",
+		first, d.rankOf(first), d.epoch, culprit, host(first), host(culprit), culprit)
+	w.failure = &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + what}
+	d.stop(w, now)
+	d.workerFailed(w, what, now, true)
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 // exiting reports whether process pid (a child of hvdrun) has exited and
 // waits to be reaped, or is gone: its exit event is on its way.
