@@ -58,9 +58,10 @@ if [ -n "${CHECK:-}" ]; then
 fi
 echo "# 4 netns hosts, tbf ${RATE} Mbit/s per host"
 run 2 10.231.0.1:1,10.231.0.2:1 bin/hvdbench allreduce -backend tcp -sizes 8,64M >"$tmp/cal.txt" 2>&1
+run 2 10.231.0.1:1,10.231.0.2:1 bin/hvdbench engine --samples 15 >"$tmp/engine2.txt" 2>&1
 run 8 $H8 bin/hvdbench engine --samples 15 >"$tmp/engine.txt" 2>&1
 run 8 $H8 bin/hvdbench allreduce -sizes 64M >"$tmp/ar.txt" 2>&1
-cat "$tmp/cal.txt" "$tmp/engine.txt" "$tmp/ar.txt" | grep -E "^ *(8|67108864) |allreduce 8 B"
+cat "$tmp/cal.txt" "$tmp/engine2.txt" "$tmp/engine.txt" "$tmp/ar.txt" | grep -E "^ *(8|67108864) |allreduce 8 B"
 /usr/bin/env python3 - "$tmp" "$RATE" <<'PY'
 import re, subprocess, sys
 tmp, rate = sys.argv[1], float(sys.argv[2])
@@ -73,22 +74,32 @@ def row(path, first):  # the first data row whose first field is `first`
 cal = float(row(f"{tmp}/cal.txt", "8")[3])          # µs: one 8 B message each way
 cal64 = float(row(f"{tmp}/cal.txt", "67108864")[3]) # µs: np 2 ring, each host sends 64 MiB
 big = float(row(f"{tmp}/ar.txt", "67108864")[3])    # µs
-eng = open(f"{tmp}/engine.txt").read()
-raw = float(re.search(r"^\s*raw allreduce 8 B\s+([\d.]+)", eng, re.M).group(1))
-named = float(re.search(r"^\s*engine allreduce 8 B \(named\)\s+([\d.]+)", eng, re.M).group(1))
+def engine(path):
+    eng = open(path).read()
+    raw = float(re.search(r"^\s*raw allreduce 8 B\s+([\d.]+)", eng, re.M).group(1))
+    named = float(re.search(r"^\s*engine allreduce 8 B \(named\)\s+([\d.]+)", eng, re.M).group(1))
+    return raw, named
+raw, named = engine(f"{tmp}/engine.txt")
+raw2, named2 = engine(f"{tmp}/engine2.txt")
 lat = max(cal - 4, 1)  # the model's one-way latency: the exchange less 2 µs of CPU at each end
 # What TCP achieves through the tbf: np 2's ring sends 64 MiB per host.
 eff = 64 * 2**20 * 8 / (cal64 - 2 * lat) / 1e3  # Gb/s
-def sim(gbps):
-    out = subprocess.run(["go", "run", "./cmd/hvdsim", "-q", "-sizes", "8", "-host-size", "2", "-net-latency", f"{lat:.0f}us",
+def sim(gbps, n=8, host=2):
+    out = subprocess.run(["go", "run", "./cmd/hvdsim", "-q", "-sizes", str(n), "-host-size", str(host), "-net-latency", f"{lat:.0f}us",
                           "-net-gbps", f"{gbps:.4f}", "-tensors", "1", "-repeat", "3", "-key-by-key-max", "8"],
                          capture_output=True, text=True, check=True).stdout
-    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in out.splitlines() if l.startswith("| 8 |")]
+    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in out.splitlines() if l.startswith(f"| {n} |")]
     return rows[0], rows[1]
 neg, ar = sim(rate / 1000)
+neg2, _ = sim(rate / 1000, 2, 1)
 _, arc = sim(eff)
 print(f"\ncalibration (np 2 on 2 hosts, TCP): 8 B {cal:.0f} µs -> model latency {lat:.0f} µs; 64 MiB {cal64/1000:.0f} ms -> {eff*1000:.0f} Mbit/s achieved through the {rate:.0f} Mbit/s tbf\n")
-print("| np 8 on 4 hosts | measured | simulated |")
+print("| np 2 on 2 hosts (a core each) | measured | simulated |")
+print("|---|---|---|")
+print(f"| 8 B allreduce, raw (tcp: one exchange) | {raw2:.0f} µs | {neg2[7]} |")
+print(f"| engine's cached round (named − raw) | {named2 - raw2:.0f} µs | {neg2[2].split(' / ')[0]} |")
+print()
+print("| np 8 on 4 hosts (4 processes a core) | measured | simulated |")
 print("|---|---|---|")
 print(f"| 8 B allreduce, raw (hier: shm, leaders' exchange, shm) | {raw:.0f} µs | {neg[7]} |")
 print(f"| engine's cached round (named − raw; flat: 8 < 64 members) | {named - raw:.0f} µs | {neg[2].split(' / ')[0]} |")
