@@ -46,7 +46,18 @@ func (m *MemStore) Len() int {
 	return len(m.kv)
 }
 
-var _ StoreDeleter = (*MemStore)(nil)
+var (
+	_ StoreDeleter   = (*MemStore)(nil)
+	_ StoreTryGetter = (*MemStore)(nil)
+)
+
+// TryGet implements StoreTryGetter.
+func (m *MemStore) TryGet(_ context.Context, key string) ([]byte, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.kv[key]
+	return append([]byte(nil), v...), ok, nil
+}
 
 // Get implements Store.
 func (m *MemStore) Get(ctx context.Context, key string) ([]byte, error) {

@@ -597,6 +597,9 @@ func (p prefixedStore) Set(ctx context.Context, k string, v []byte) error {
 func (p prefixedStore) Get(ctx context.Context, k string) ([]byte, error) {
 	return p.st.Get(ctx, p.prefix+k)
 }
+func (p prefixedStore) TryGet(ctx context.Context, k string) ([]byte, bool, error) {
+	return backends.TryGet(ctx, p.st, p.prefix+k)
+}
 
 // setHash names a rank list compactly in store keys and handshakes.
 func setHash(ranks []int) string {

@@ -210,11 +210,13 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 	if p != nil && errors.Is(err, errPeerClosed) {
 		pe.Err = fmt.Errorf("it stopped: rank %d closed the communicator (shut down)", p.rank)
 	} else if p != nil && (errors.Is(err, errEOF) || errors.Is(err, unix.ECONNRESET) || errors.Is(err, unix.EPIPE)) {
-		// Did the peer abort on purpose? It publishes why before closing.
+		// Did the peer abort on purpose? It publishes why before closing, so
+		// the reason is there now or never (a killed peer): look, do not
+		// wait for it (waiting cost every survivor of a kill -9 the 500 ms).
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		reason, gerr := c.store.Get(ctx, abortKey(c.prefix, p.rank))
+		reason, found, gerr := backends.TryGet(ctx, c.store, abortKey(c.prefix, p.rank))
 		cancel()
-		if gerr == nil {
+		if gerr == nil && found {
 			pe.Err = fmt.Errorf("it stopped: %s", reason)
 		} else {
 			pe.Err = fmt.Errorf("connection lost (%v): the process died or closed the communicator", err)

@@ -246,6 +246,11 @@ func (s *scopedStore) Get(ctx context.Context, key string) ([]byte, error) {
 	return s.c.Get(ctx, s.scope, key)
 }
 
+// TryGet implements backends.StoreTryGetter.
+func (s *scopedStore) TryGet(ctx context.Context, key string) ([]byte, bool, error) {
+	return s.c.TryGet(ctx, s.scope, key)
+}
+
 // Delete removes key (Client.Delete; the scope is never a plan scope here).
 func (s *scopedStore) Delete(ctx context.Context, key string) error {
 	return s.c.Delete(ctx, s.scope, key)
