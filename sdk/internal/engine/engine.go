@@ -54,9 +54,9 @@ type Op struct {
 
 	h   Handle
 	req Request // what was negotiated (kept for the response cache)
-	// UnixNano of Enqueue, of the round that first took it and of its
-	// execution's start, stamped only with a Config.Meter (meter.go).
-	enqAt, pickAt, execAt int64
+	// UnixNano of Enqueue and of the round that first took it, stamped
+	// only with a Config.Meter (meter.go).
+	enqAt, pickAt int64
 }
 
 // Handle is the result of an Op. Wait and Poll are safe from any goroutine.
@@ -266,6 +266,11 @@ type Engine struct {
 	enqAt  atomic.Int64 // UnixNano of the enqueue that made the queue non-empty (0: none pending)
 	queued atomic.Bool  // queue non-empty (read while spinning, without the lock)
 	halted atomic.Bool  // closed or stopped (e.closed or e.err set; read without the lock)
+
+	// The response being executed and when it started, for the Meter
+	// (meter.go; whoever holds drv).
+	metered []*Op
+	meterAt int64
 }
 
 // Stats counts the engine's work since it started.

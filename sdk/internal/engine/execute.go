@@ -50,6 +50,7 @@ func (e *Engine) execute(r *Response) error {
 		e.tl().NegotiateEnd(n)
 	}
 	e.meterExecute(r)
+	defer e.meterExecuted()
 	switch r.Type {
 	case Error:
 		for _, o := range e.entries(r) {

@@ -55,6 +55,7 @@ func TestMeterCountsOpsBytesPhasesAndFusion(t *testing.T) {
 	if err := b.Handle().Wait(); err != nil {
 		t.Fatal(err)
 	}
+	e.Close(nil) // the engine goroutine finished its last round (the execution times come at its end)
 	s := m.Snapshot()
 	want := []OpCount{{Allreduce, 5, 40}, {Barrier, 1, 0}}
 	if len(s.Ops) != len(want) || s.Ops[0] != want[0] || s.Ops[1] != want[1] {
