@@ -53,27 +53,30 @@ func observeWorker(t *testing.T) string {
 // job is an hvdrun started in the background.
 type job struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	log  string        // hvdrun's output
 	stop string        // the workers shut down once this file exists
 	done chan struct{} // closed when hvdrun has exited (err is set)
 	err  error
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// output is what hvdrun printed so far.
+func (j *job) output() string { return readLog(j.log) }
+
+// logFile creates a file for a process's output in the test's directory.
+func logFile(t *testing.T, name string) (*os.File, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, path
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func readLog(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
 }
 
 // startJob runs hvdrun with args in front of the worker and its args.
@@ -81,9 +84,10 @@ func startJob(t *testing.T, env []string, hvdrunArgs []string, workerArgs ...str
 	t.Helper()
 	stop := filepath.Join(t.TempDir(), "stop")
 	args := append(append(append([]string(nil), hvdrunArgs...), observeWorker(t), "-stop-file", stop), workerArgs...)
-	j := &job{cmd: exec.Command(bin("hvdrun"), args...), out: &syncBuffer{}, stop: stop, done: make(chan struct{})}
+	out, log := logFile(t, "hvdrun.log")
+	j := &job{cmd: exec.Command(bin("hvdrun"), args...), log: log, stop: stop, done: make(chan struct{})}
 	j.cmd.Env = append(os.Environ(), env...)
-	j.cmd.Stdout, j.cmd.Stderr = j.out, j.out
+	j.cmd.Stdout, j.cmd.Stderr = out, out
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +119,7 @@ func (j *job) finish(t *testing.T) int {
 		}
 		return 0
 	case <-time.After(time.Minute):
-		t.Fatalf("hvdrun did not end:\n%s", j.out.String())
+		t.Fatalf("hvdrun did not end:\n%s", j.output())
 		return -1
 	}
 }
@@ -202,8 +206,8 @@ func TestPrometheusScrapesJob(t *testing.T) {
 	}
 	pcmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address=127.0.0.1:"+strconv.Itoa(promPort), "--log.level=warn")
-	plog := &syncBuffer{}
-	pcmd.Stdout, pcmd.Stderr = plog, plog
+	pout, plog := logFile(t, "prometheus.log")
+	pcmd.Stdout, pcmd.Stderr = pout, pout
 	if err := pcmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +249,7 @@ func TestPrometheusScrapesJob(t *testing.T) {
 		}
 	}
 	if len(got) != 3 {
-		t.Fatalf("prometheus has %d hvd_ops_total series (%v), want 3\nprometheus: %s\njob: %s", len(got), err, plog.String(), j.out.String())
+		t.Fatalf("prometheus has %d hvd_ops_total series (%v), want 3\nprometheus: %s\njob: %s", len(got), err, readLog(plog), j.output())
 	}
 	ranks := map[string]bool{}
 	for _, s := range got {
@@ -268,7 +272,7 @@ func TestPrometheusScrapesJob(t *testing.T) {
 		}
 	}
 	if code := j.finish(t); code != 0 {
-		t.Fatalf("hvdrun exited %d:\n%s", code, j.out.String())
+		t.Fatalf("hvdrun exited %d:\n%s", code, j.output())
 	}
 }
 
@@ -350,7 +354,7 @@ func TestStatusPageShowsStoppedRank(t *testing.T) {
 		t.Errorf("after SIGCONT the page does not show rank 1 running again:\n%s", dom)
 	}
 	if code := j.finish(t); code != 0 {
-		t.Fatalf("hvdrun exited %d:\n%s", code, j.out.String())
+		t.Fatalf("hvdrun exited %d:\n%s", code, j.output())
 	}
 }
 
@@ -407,10 +411,10 @@ func TestMetricsAuthAndRankZeroServing(t *testing.T) {
 		}
 	}
 	if body == nil {
-		t.Errorf("no authenticated scrape with both ranks' series:\n%s", j.out.String())
+		t.Errorf("no authenticated scrape with both ranks' series:\n%s", j.output())
 	}
 	if code := j.finish(t); code != 0 {
-		t.Fatalf("hvdrun exited %d:\n%s", code, j.out.String())
+		t.Fatalf("hvdrun exited %d:\n%s", code, j.output())
 	}
 
 	// Rank 0 serves (HVD_METRICS_PORT, no --metrics-port).
@@ -428,7 +432,7 @@ func TestMetricsAuthAndRankZeroServing(t *testing.T) {
 		t.Errorf("rank 0's /metrics lacks both ranks' 5 allreduces:\n%s", b)
 	}
 	if code := j.finish(t); code != 0 {
-		t.Fatalf("hvdrun exited %d:\n%s", code, j.out.String())
+		t.Fatalf("hvdrun exited %d:\n%s", code, j.output())
 	}
 }
 
