@@ -68,6 +68,7 @@ type testRun struct {
 	store   *fakeStore
 	elapsed time.Duration
 	ctx     context.Context
+	monitor Monitor // Runtime.Monitor (nil: none)
 }
 
 // newTestRun prepares a job with the given hvdrun arguments. Workers see
@@ -90,7 +91,7 @@ func (r *testRun) run() error {
 		return err
 	}
 	j, err := NewJob(o, Runtime{
-		Stdout: &r.stdout, Stderr: &r.stderr, Environ: r.environ, Dir: r.dir, Signals: r.signals,
+		Stdout: &r.stdout, Stderr: &r.stderr, Environ: r.environ, Dir: r.dir, Signals: r.signals, Monitor: r.monitor,
 		NewStore: func(addr string, secret []byte) (StoreServer, error) {
 			r.store.addr, r.store.secret = addr, secret
 			return r.store, nil
