@@ -662,7 +662,6 @@ func (k *Worker) run(st State, fn func(w *World) error, join func() (*World, err
 			return err
 		}
 		k.logf("hvd: elastic: resetting after: %s", unprefixed(err))
-		elasticResets.Add(1)
 		if err := leave(); err != nil {
 			return err
 		}

@@ -30,9 +30,22 @@ type metricsKnobs struct {
 	interval  time.Duration // HVD_METRICS_INTERVAL_SECONDS (default 1 s)
 }
 
-// elasticResets counts this process's elastic resets (elastic.go), across
-// worlds.
-var elasticResets atomic.Uint64
+// elasticResets counts the worlds of a later epoch this process joined
+// after its first (an elastic reset, whether sdk.Worker or Python's
+// hvd.elastic drove it); lastEpoch is the epoch of the last one (-1: none).
+var (
+	elasticResets atomic.Uint64
+	lastEpoch     atomic.Int64
+)
+
+func init() { lastEpoch.Store(-1) }
+
+// noteEpoch counts a reset when this world's epoch is past the last one's.
+func noteEpoch(epoch int) {
+	if prev := lastEpoch.Swap(int64(epoch)); prev >= 0 && int64(epoch) > prev {
+		elasticResets.Add(1)
+	}
+}
 
 // metrics is a World's publisher (and, on rank 0 with HVD_METRICS_PORT,
 // server).
@@ -66,6 +79,7 @@ func (w *World) startMetrics() {
 	if !k.publish {
 		return
 	}
+	noteEpoch(w.id.Epoch)
 	m := &metrics{w: w, stop: make(chan struct{}), done: make(chan struct{})}
 	switch {
 	case w.cfg.Store != nil: // tests: ranks of one process on a shared store

@@ -73,3 +73,17 @@ func TestMetricsSnapshotsPublished(t *testing.T) {
 		}
 	}
 }
+
+// A world of a later epoch counts as an elastic reset; a re-init at the
+// same epoch (shutdown, init) does not.
+func TestNoteEpochCountsResets(t *testing.T) {
+	defer func(n uint64, e int64) { elasticResets.Store(n); lastEpoch.Store(e) }(elasticResets.Load(), lastEpoch.Load())
+	elasticResets.Store(0)
+	lastEpoch.Store(-1)
+	for _, e := range []int{0, 0, 1, 3, 3} {
+		noteEpoch(e)
+	}
+	if n := elasticResets.Load(); n != 2 {
+		t.Errorf("epochs 0 0 1 3 3: %d resets, want 2", n)
+	}
+}
