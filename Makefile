@@ -5,7 +5,7 @@ BIN     := bin
 NP      ?= 3
 PYNP    ?= 2
 
-.PHONY: build-mpi python-mpi test-mpi all build run run-go run-split run-gpt python generate check-generated torch test test-short race vet bench bench-python anchors simulate clean plugins proto
+.PHONY: build-mpi python-mpi test-mpi chaos all build run run-go run-split run-gpt python generate check-generated torch test test-short race vet bench bench-python anchors simulate clean plugins proto
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
@@ -111,6 +111,12 @@ python-mpi: $(PY_SRC)
 # The MPI data plane's conformance suite under real mpirun (np 2 and 3);
 # says so and skips where Open MPI's headers are missing (apt-get install
 # openmpi-bin libopenmpi-dev: .ci/setup.d/10-mpi.sh).
+# The elastic chaos test's long form (docs/elastic.md, "Chaos"): 10 minutes of
+# seeded faults against real workers; prints the table (HVD_CHAOS_SEED repeats
+# a run). The short form (45 s of faults) runs in go test.
+chaos:
+	HVD_CHAOS_SECONDS=$${HVD_CHAOS_SECONDS:-600} $(GO) test -count=1 -timeout 30m -v -run 'TestElasticChaos$$' ./internal/launch
+
 test-mpi:
 	@if pkg-config --exists ompi-c 2>/dev/null && command -v mpirun >/dev/null; then \
 	  echo "$(GO) test -count=1 -tags mpi -run 'MPI|Mpirun' ./backends/mpi ./sdk/rendezvous"; \

@@ -150,7 +150,8 @@ type eRun struct {
 	store   *recStore
 	done    chan error
 	tweak   func(*ElasticPlan)
-	command []string // default: the fake worker
+	command []string      // default: the fake worker
+	limit   time.Duration // Run is cancelled after this (default 40 s)
 }
 
 // elasticJob prepares an elastic job whose workers are fake workers. The
@@ -217,8 +218,12 @@ func (r *eRun) start(args ...string) {
 	if r.tweak != nil {
 		r.tweak(j.Elastic)
 	}
+	limit := 40 * time.Second
+	if r.limit > 0 {
+		limit = r.limit
+	}
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), limit)
 		defer cancel()
 		r.done <- j.Run(ctx)
 	}()
@@ -230,7 +235,7 @@ func (r *eRun) wait() error {
 	select {
 	case err := <-r.done:
 		return err
-	case <-time.After(50 * time.Second):
+	case <-time.After(10*time.Second + max(r.limit, 40*time.Second)):
 		r.t.Fatalf("Run did not return\nstderr:\n%s", r.stderr.String())
 		return nil
 	}

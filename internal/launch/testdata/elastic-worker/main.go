@@ -2,7 +2,8 @@
 // hvdrun's elastic tests: one allreduce of 1.0 and one commit per step,
 // 20 ms apart, until one of them sees $D/finish. At its first step in each world it
 // appends "<id> world=<epoch> rank=<r> size=<n> sum=<allreduce> step=<s>" to
-// $D/log; at the end "<id> done step=<s>". Its pid goes to
+// $D/log (with HVD_TEST_LOG_STEPS=1 every later step too, ending in
+// "every t=<unix ns>"); at the end "<id> done step=<s>". Its pid goes to
 // $D/<id>.<first epoch>.pid (':' written '_').
 package main
 
@@ -35,6 +36,7 @@ func main() {
 		fmt.Println(err)
 		os.Exit(3)
 	}
+	every := os.Getenv("HVD_TEST_LOG_STEPS") == "1" // the chaos test checks every step
 	step := 0
 	st := hvd.NewObjectState(map[string]any{"step": &step})
 	err = k.Run(st, func(w *hvd.World) error {
@@ -54,6 +56,8 @@ func main() {
 			if first {
 				first = false
 				fmt.Fprintf(logf, "%s world=%d rank=%d size=%d sum=%v step=%d\n", id, k.Epoch(), w.Rank(), w.Size(), sum[0], step)
+			} else if every {
+				fmt.Fprintf(logf, "%s world=%d rank=%d size=%d sum=%v step=%d every t=%d\n", id, k.Epoch(), w.Rank(), w.Size(), sum[0], step, time.Now().UnixNano())
 			}
 			if sum[1] > 0 {
 				return nil
