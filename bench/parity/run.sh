@@ -52,6 +52,22 @@ mkdir -p "$WORK/junit" "$WORK/test"
 cp -r "$TESTS/test/parallel" "$TESTS/test/utils" "$WORK/test/"
 find "$WORK/test" -name '*.py' -exec sed -i -E \
   's/^([[:space:]]*)(import|from)([[:space:]]+)horovod([. ])/\1\2\3hvd\4/' {} +
+# Environment shims, not changes to the tests: Horovod 0.28.1's TF tests
+# were written for Keras up to 2.12; under TensorFlow 2.15 tf.keras has no
+# __version__ and keras.optimizers.legacy no longer re-exports optimizer_v2
+# (keras.src.optimizers.legacy has it), both read at import.
+if [ "$FW" = tensorflow ]; then
+  cat > "$WORK/test/parallel/conftest.py" <<'PYEOF'
+import keras
+import keras.optimizers.legacy
+import tensorflow as tf
+if not hasattr(tf.keras, '__version__'):
+    tf.keras.__version__ = keras.__version__
+if not hasattr(keras.optimizers.legacy, 'optimizer_v2'):
+    from keras.src.optimizers.legacy import optimizer_v2
+    keras.optimizers.legacy.optimizer_v2 = optimizer_v2
+PYEOF
+fi
 # pytest, parameterized, mock, cloudpickle for the tests, outside the venv.
 DEPS="$CACHE/parity/deps-$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 if ! PYTHONPATH="$DEPS" "$PY" -c 'import pytest, parameterized, mock, cloudpickle, packaging' 2>/dev/null; then

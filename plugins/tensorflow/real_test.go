@@ -49,3 +49,17 @@ func TestRealKeras(t *testing.T) {
 		})
 	}
 }
+
+// TestRealParity runs testdata/real/parity.py under hvdrun -np 2 and -np 3:
+// the classes of failure Horovod's own test_tensorflow2_keras.py found
+// (issue 24; bench/parity runs that suite): gradient aggregation
+// (backward_passes_per_step), worker-local variables and
+// PartialDistributedOptimizer, BroadcastGlobalVariablesCallback's
+// local_variables, hvd.common.util and hvd.tensorflow.util.
+func TestRealParity(t *testing.T) {
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			runReal(t, np, "testdata/real/parity.py", "hvd.tensorflow parity")
+		})
+	}
+}

@@ -29,8 +29,9 @@ received value) and the received tensor is what synchronize / recv return.
 
 Not provided (Horovod has them): TF1 session hooks
 (BroadcastGlobalVariablesHook, broadcast_global_variables outside eager /
-tf.function), DistributedOptimizer's backward_passes_per_step > 1, the Adasum
-delta optimizer (allreduce with op=hvd.Adasum works), elastic training for
+tf.function), backward_passes_per_step > 1 outside Keras optimizers
+(DistributedGradientTape, tf.compat.v1 optimizers), the Adasum delta
+optimizer (allreduce with op=hvd.Adasum works), elastic training for
 TensorFlow.
 """
 import numpy as _numpy
@@ -52,7 +53,8 @@ from hvd.tensorflow.collectives import (  # noqa: F401
     grouped_allgather, broadcast, broadcast_, broadcast_variables, alltoall, reducescatter, grouped_reducescatter,
     isend, irecv, send, recv)
 from hvd.tensorflow.collectives import as_numpy as _as_numpy, to_tf as _to_tf  # noqa: F401  (zero copy; tests check)
-from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes, keras_optimizer
+from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes
+from hvd.tensorflow.optimizer import keras_optimizer
 
 
 class _DistributedGradientTape(tf.GradientTape):
@@ -134,14 +136,14 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense='
     summed) over the process set, as Horovod's: a Keras optimizer becomes
     hvd.tensorflow.keras.DistributedOptimizer's, a tf.compat.v1.train
     optimizer one whose compute_gradients reduces."""
-    check_passes(backward_passes_per_step, 'DistributedOptimizer')
     check_reduction(op, gradient_predivide_factor, num_groups, groups, 'DistributedOptimizer')
     if isinstance(optimizer, tf.keras.optimizers.Optimizer) or (
             hasattr(tf.keras.optimizers, 'legacy') and isinstance(optimizer, tf.keras.optimizers.legacy.Optimizer)):
         return keras_optimizer(optimizer, 'DistributedOptimizer' if name is None else name, dict(
             compression=compression, sparse_as_dense=sparse_as_dense, op=op,
             gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups, groups=groups,
-            process_set=process_set))
+            process_set=process_set), backward_passes_per_step, average_aggregated_gradients, scale_local_gradients)
+    check_passes(backward_passes_per_step, 'DistributedOptimizer')
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
         raise TypeError('hvd.tensorflow.DistributedOptimizer: expected a tf.keras or tf.compat.v1.train '
                         'optimizer, not %s' % type(optimizer).__name__)

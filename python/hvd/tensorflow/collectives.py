@@ -614,25 +614,3 @@ def check_passes(backward_passes_per_step, what):
             'hvd.tensorflow: %s(backward_passes_per_step=%r): only 1 is supported '
             '(accumulate the gradients yourself and apply them every N steps)'
             % (what, backward_passes_per_step))
-
-
-DISTRIBUTED = '_hvd_distributed'  # the attribute that marks a distributed Keras optimizer class
-
-
-def keras_optimizer(optimizer, prefix, reduction):
-    """A copy of the Keras optimizer (same class name and config) whose
-    apply_gradients first reduces the gradients with reduce_gradients
-    (reduction: its keyword arguments)."""
-    if getattr(optimizer, DISTRIBUTED, False):
-        raise ValueError('hvd.tensorflow.keras.DistributedOptimizer: the optimizer is already distributed')
-    base = optimizer.__class__
-
-    def apply_gradients(self, grads_and_vars, *args, **kwargs):
-        pairs = list(grads_and_vars)
-        variables = [v for _, v in pairs]
-        grads = reduce_gradients([g for g, _ in pairs], variables, prefix=prefix, **reduction)
-        return base.apply_gradients(self, list(zip(grads, variables)), *args, **kwargs)
-
-    cls = type(base.__name__, (base,), {'apply_gradients': apply_gradients, DISTRIBUTED: True,
-                                         '__module__': base.__module__})
-    return cls.from_config(optimizer.get_config())

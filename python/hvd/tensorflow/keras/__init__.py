@@ -22,7 +22,8 @@ from hvd.tensorflow import (init, shutdown, is_initialized, start_timeline, stop
                             ProcessSet, global_process_set, add_process_set, remove_process_set,
                             Average, Sum, Adasum, Min, Max, Product, Compression,
                             allgather_object, broadcast_object, join, barrier)
-from hvd.tensorflow.collectives import check_passes, check_reduction, keras_optimizer
+from hvd.tensorflow.collectives import check_reduction
+from hvd.tensorflow.optimizer import keras_optimizer
 from hvd.tensorflow.keras import callbacks  # noqa: F401
 
 
@@ -35,12 +36,38 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     gradients over the process set. Wrap the optimizer before
     model.compile; every rank must wrap the same optimizer for the same
     variables (the gradients are matched by position and variable name)."""
-    check_passes(backward_passes_per_step, 'DistributedOptimizer')
     check_reduction(op, gradient_predivide_factor, num_groups, groups, 'DistributedOptimizer')
     return keras_optimizer(optimizer, 'DistributedOptimizer' if name is None else name, dict(
         compression=compression, sparse_as_dense=sparse_as_dense, op=op,
         gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups, groups=groups,
-        process_set=process_set))
+        process_set=process_set), backward_passes_per_step, average_aggregated_gradients, scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                                compression=Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                                op=Average, backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """DistributedOptimizer whose gradients for the trainable weights of
+    local_layers (a layer or a list of them) stay worker-local: not
+    reduced, divided by the set's size unless scale_local_gradients=False
+    (model parallelism: layers that differ per rank)."""
+    opt = DistributedOptimizer(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor, op=op,
+                               backward_passes_per_step=backward_passes_per_step,
+                               average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+                               process_set=process_set, scale_local_gradients=scale_local_gradients)
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, tf.keras.layers.Layer):
+        local_layers = [local_layers]
+    for layer in local_layers:
+        if not isinstance(layer, tf.keras.layers.Layer):
+            raise ValueError('PartialDistributedOptimizer: local_layers must hold Keras layers, not %s'
+                             % type(layer).__name__)
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
 
 
 def broadcast_global_variables(root_rank):

@@ -11,25 +11,34 @@ class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     are broadcast when training begins (when the model is already built),
     and the model's and the optimizer's (whose slots exist only after the
     first step) at the end of the first batch, as Horovod's. Put it first in
-    the callback list."""
+    the callback list. local_variables (a variable or a list) are left out:
+    each rank keeps its own."""
 
-    def __init__(self, root_rank, device=''):
+    def __init__(self, root_rank, device='', local_variables=None):
         super().__init__()
         self.root_rank = root_rank
         self.device = device
         self.broadcast_done = False
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple)):
+            local_variables = [local_variables]
+        self.local_refs = {v.ref() for v in local_variables}
+
+    def _shared(self, variables):
+        return [v for v in variables if v.ref() not in self.local_refs]
 
     def on_train_begin(self, logs=None):
         # A model built on its first batch has no variables yet: the end of
         # that batch broadcasts them.
         if getattr(self.model, 'built', False) and self.model.variables:
-            _hvd.broadcast_variables(self.model.variables, root_rank=self.root_rank,
+            _hvd.broadcast_variables(self._shared(self.model.variables), root_rank=self.root_rank,
                                      name='BroadcastGlobalVariablesCallback.begin')
 
     def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
-        _hvd.broadcast_variables(self.model.variables, root_rank=self.root_rank,
+        _hvd.broadcast_variables(self._shared(self.model.variables), root_rank=self.root_rank,
                                  name='BroadcastGlobalVariablesCallback.model')
         opt = getattr(self.model, 'optimizer', None)
         if opt is not None:

@@ -1,0 +1,124 @@
+"""The failure classes Horovod's own test_tensorflow2_keras.py found in
+hvd.tensorflow.keras (issue 24), checked in hvd's words under hvdrun -np 2
+and -np 3: DistributedOptimizer(backward_passes_per_step=N) aggregating
+locally and reducing every Nth pass (eager, in a tf.function, through
+model.train_on_batch with IndexedSlices and sparse_as_dense; an inf of one
+cycle cleared before the next), worker-local variables (register_local_var,
+hvd.keras.PartialDistributedOptimizer), BroadcastGlobalVariablesCallback's
+local_variables, and the helper modules Horovod's tests import."""
+import numpy as np
+import tensorflow as tf
+from keras.src.optimizers.legacy import optimizer_v2
+
+import hvd.keras as hvd_keras
+import hvd.tensorflow.keras as hvd
+from hvd.common.util import is_version_greater_equal_than
+from hvd.tensorflow.util import _executing_eagerly
+
+hvd.init()
+R, N = hvd.rank(), hvd.size()
+MEAN = (N + 1) / 2.0  # the mean over ranks of R + 1
+assert is_version_greater_equal_than(tf.__version__, '2.6.0') and not is_version_greater_equal_than('2.5', '2.6.0')
+assert _executing_eagerly()
+
+
+class AddGradient(optimizer_v2.OptimizerV2):
+    """var += grad: the applied gradient is the variable's change."""
+
+    def _create_slots(self, var_list):
+        pass
+
+    def _resource_apply_dense(self, grad, var, apply_state=None):
+        return var.assign_add(grad)
+
+    def get_config(self):
+        return super().get_config()
+
+
+# ------------------------------------------- backward_passes_per_step
+for average in (True, False):
+    for traced in (False, True):
+        opt = hvd.DistributedOptimizer(AddGradient('add'), backward_passes_per_step=3,
+                                       average_aggregated_gradients=average)
+        x = tf.Variable([0.0])
+
+        def step():
+            pairs = opt._compute_gradients(lambda: x * (R + 1.0), var_list=[x])
+            opt.apply_gradients(pairs, experimental_aggregate_gradients=False)
+        run = tf.function(step) if traced else step
+        for i in range(7):
+            run()
+            cycles = (i + 1) // 3
+            want = cycles * MEAN * (1 if average else 3)
+            assert np.allclose(x.numpy(), [want]), (average, traced, i, x.numpy(), want)
+            assert opt.iterations.numpy() == i + 1
+        assert opt._agg_helper.counter.numpy() == 7 % 3
+
+# an inf summed in the first cycle is cleared with the accumulators
+opt = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(1.0), backward_passes_per_step=2)
+w = tf.Variable(0.0)
+for i in range(4):
+    factor = float('inf') if i == 0 else 1.0
+    pairs = opt._compute_gradients(lambda: w * factor, var_list=[w])
+    opt.apply_gradients(pairs)
+assert np.isfinite(pairs[0][0].numpy()), pairs  # the second cycle's gradient
+# a gradient aggregated without sparse_as_dense cannot be IndexedSlices
+w2 = tf.Variable([1.0, 2.0])
+try:
+    hvd.DistributedOptimizer(AddGradient('s'), backward_passes_per_step=2)._compute_gradients(
+        lambda: tf.reduce_sum(tf.gather(w2, [0])), var_list=[w2])
+    raise AssertionError('IndexedSlices aggregated without sparse_as_dense')
+except ValueError as e:
+    assert 'sparse_as_dense' in str(e), e
+
+# model.train_on_batch: an Embedding's IndexedSlices gradient, sparse_as_dense
+opt = hvd.DistributedOptimizer(tf.keras.optimizers.legacy.RMSprop(1e-4), sparse_as_dense=True,
+                               backward_passes_per_step=2)
+model = tf.keras.Sequential([tf.keras.layers.Embedding(50, 4, input_length=3)])
+model.compile(loss='mse', optimizer=opt)
+for _ in range(3):
+    model.train_on_batch(np.random.randint(50, size=(8, 3)), np.random.random((8, 3, 4)))
+assert opt._agg_helper.counter.numpy() == 1
+
+# ---------------------------------------------------------- local variables
+opt = hvd.DistributedOptimizer(AddGradient('local'))
+shared, local = tf.Variable([0.0]), tf.Variable([0.0])
+opt.register_local_var(local)
+pairs = opt._compute_gradients(lambda: (shared + local) * (R + 1.0), var_list=[shared, local])
+got = {id(v): g.numpy() for g, v in pairs}
+assert np.allclose(got[id(shared)], [MEAN]), got  # averaged over the ranks
+assert np.allclose(got[id(local)], [(R + 1.0) / N]), got  # this rank's, divided by the set's size
+
+model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,), kernel_initializer=tf.constant_initializer(R)),
+                             tf.keras.layers.Dense(1, kernel_initializer=tf.constant_initializer(R))])
+x = np.ones((1, 3), np.float32)
+with tf.GradientTape(persistent=True) as tape:
+    loss = tf.reduce_sum(model(x))
+plain = tape.gradient(loss, model.trainable_weights)
+opt = hvd_keras.PartialDistributedOptimizer(tf.keras.optimizers.legacy.Adam(), local_layers=model.layers[0])
+pairs = opt._compute_gradients(loss, model.trainable_weights, tape=tape)
+local_refs = {v.ref() for v in model.layers[0].trainable_weights}
+for (g, v), p in zip(pairs, plain):
+    if v.ref() in local_refs:
+        assert np.allclose(g.numpy() * N, p.numpy()), v.name
+    else:
+        mean = hvd.allreduce(p, op=hvd.Average, name='check.' + v.name)
+        assert np.allclose(g.numpy(), mean), v.name
+
+# ------------------------------- BroadcastGlobalVariablesCallback, locals
+root = N - 1
+model = tf.keras.Sequential([
+    tf.keras.layers.Dense(2, input_shape=(3,), kernel_initializer=tf.constant_initializer(R),
+                          bias_initializer=tf.constant_initializer(R), trainable=False),
+    tf.keras.layers.Dense(2, kernel_initializer=tf.constant_initializer(R),
+                          bias_initializer=tf.constant_initializer(R), trainable=False)])
+model.compile(loss='mse', optimizer='sgd')
+local_vars = list(model.layers[0].variables)
+model.fit(np.ones((2, 3)), np.ones((2, 2)), verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(root_rank=root, local_variables=local_vars)])
+for v in model.variables:
+    want = R if any(v is lv for lv in local_vars) else root
+    assert np.allclose(v.numpy(), want), (v.name, v.numpy(), want)
+
+hvd.shutdown()
+print('hvd.tensorflow parity ok')
