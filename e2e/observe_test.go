@@ -479,3 +479,52 @@ func TestTimelineReportOfRealJobs(t *testing.T) {
 		})
 	}
 }
+
+// An elastic job (real hvd.torch.elastic workers, testdata/elastic_train.py)
+// under hvdrun --metrics-port: a worker killed, the host blacklisted for a
+// cooldown, then back. The status page's world history has the driver's
+// story (who left, why, the blacklisting, the new worlds), and /metrics
+// shows the survivors' resets and the world's epoch.
+func TestStatusPageElasticHistory(t *testing.T) {
+	port := freePort(t)
+	base := "http://127.0.0.1:" + strconv.Itoa(port)
+	j := newElasticJob(t)
+	j.hosts("localhost:3")
+	j.run(nil, "--metrics-port", strconv.Itoa(port), "-np", "3", "--min-np", "1", "--host-discovery-script", j.discovery(),
+		"--blacklist-cooldown-range", "1", "2")
+	j.world(0, 3)
+	j.steps(0, 2)
+	if err := syscall.Kill(j.pid("localhost:1"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	j.world(2, 3)
+	j.steps(2, 2)
+	var events string
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		_, b, err := httpGet(base + "/status.json")
+		if err == nil && strings.Contains(string(b), "world 2: 3 workers") {
+			events = string(b)
+			break
+		}
+	}
+	for _, want := range []string{"worker localhost:1 (rank 1 of world 0) exited with status 137 (killed by signal 9)",
+		"blacklisting host localhost", "world 1: 2 workers", "world 2: 3 workers on localhost:3; started localhost:1"} {
+		if !strings.Contains(events, want) {
+			t.Errorf("the world history lacks %q:\n%s", want, events)
+		}
+	}
+	var metrics []byte
+	for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if _, metrics, _ = httpGet(base + "/metrics"); bytes.Count(metrics, []byte(`hvd_world_epoch{process_set="0",rank=`)) == 3 &&
+			bytes.Count(metrics, []byte(`"} 2`+"\n")) >= 3 && bytes.Contains(metrics, []byte(`hvd_world_epoch{process_set="0",rank="2"} 2`)) {
+			break
+		}
+	}
+	for _, want := range []string{`hvd_world_epoch{process_set="0",rank="0"} 2`, `hvd_world_size{process_set="0",rank="2"} 3`, `hvd_elastic_resets_total{process_set="0",rank="0"} 2`} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s:\n%s", want, metrics)
+		}
+	}
+	j.touch("stop")
+	j.finished(3)
+}

@@ -331,7 +331,11 @@ func (m *Monitor) Status(now time.Time) Status {
 		if p := m.procs[r]; p != nil {
 			rs.Host, rs.PID = p.host, p.pid
 		}
-		if s := m.ranks[r]; s != nil {
+		if s := m.ranks[r]; s != nil && s.snap.Epoch < m.epoch {
+			// An elastic reset: this rank has not published in the
+			// launcher's new world yet (its key holds the old world's).
+			rs.Detail = fmt.Sprintf("joining world %d (last seen in world %d)", m.epoch, s.snap.Epoch)
+		} else if s != nil {
 			rs.Host, rs.PID = s.snap.Host, s.snap.PID
 			rs.LastSeen = now.Sub(s.changed).Seconds()
 			rs.State = StateRunning

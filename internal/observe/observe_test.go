@@ -230,3 +230,24 @@ func TestServerAuthAndBinding(t *testing.T) {
 		t.Errorf("a taken port: %v", err)
 	}
 }
+
+// After an elastic reset (the launcher's world epoch moved on) a rank whose
+// key still holds the old world's snapshot is starting, not finished or
+// running.
+func TestOldWorldSnapshotIsStarting(t *testing.T) {
+	f := newFakeJob(2)
+	f.snaps[0].Closed = true
+	m := NewMonitor(Config{}, f.get, nil)
+	m.World(2, 1)
+	m.Poll(context.Background())
+	st := m.Status(time.Now())
+	if r := rankRow(st, 0); r.State != StateStarting || !strings.Contains(r.Detail, "joining world 1 (last seen in world 0)") {
+		t.Errorf("rank 0: %+v", r)
+	}
+	f.snaps[1].Epoch = 1
+	f.tick(0, 1)
+	m.Poll(context.Background())
+	if r := rankRow(m.Status(time.Now()), 1); r.State != StateRunning {
+		t.Errorf("rank 1 in the new world: %+v", r)
+	}
+}
