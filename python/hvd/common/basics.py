@@ -87,6 +87,8 @@ def init(comm=None, process_sets=None):
         with mpi.environment(boot):
             setspecs.call(lib.init, flat, sizes, tokens, dynamic)
         atexit.register(shutdown)
+        if world is not None:  # after shutdown: runs before it
+            mpi.abort_at_exit(world, lambda: loader.peer_failures[0] if loader.peer_failures else None)
     else:
         for s in comm_objs:
             s.ranks = mpi.translate(s.mpi_comm, world)

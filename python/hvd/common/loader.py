@@ -57,12 +57,20 @@ def python_words(message):
     return message
 
 
+# The first peer failure this process saw (a dead, stopped or unreachable
+# peer): under mpirun, hvd aborts the MPI job at exit after one
+# (mpi.abort_at_exit) instead of letting MPI_Finalize wait for that peer.
+peer_failures = []
+
+
 def raise_error(code, message, phase):
     """The error hook the generated functions call: ValueError and friends at
     call time, HorovodInternalError for anything that fails while the op
     runs (as Horovod maps them)."""
     _, name = _abi.ERRORS.get(code, ('INTERNAL', 'HorovodInternalError'))
     message = python_words(message)
+    if code == _abi.E_PEER_FAILURE and not peer_failures:
+        peer_failures.append(message)
     exc = HorovodInternalError(message) if phase == 'sync' else _EXC[name](message)
     exc.hvd_code = code
     raise exc

@@ -98,6 +98,24 @@ def _finalize():
         MPI.Finalize()
 
 
+def abort_at_exit(comm, failure):
+    """Registers an exit handler (run before hvd's shutdown and before
+    MPI_Finalize: atexit is LIFO, and mpi4py finalizes after every atexit
+    handler) that calls MPI_Abort on comm when failure() returns a message:
+    a peer failed (dead, stopped, unreachable), and MPI_Finalize would wait
+    for it forever, so mpirun would never end the job. Says so on stderr;
+    the exit status is 1."""
+    def _abort():
+        why = failure()
+        if not why:
+            return
+        sys.stderr.write('%s\nhvd: calling MPI_Abort: a peer failed (above), and MPI_Finalize at exit would wait '
+                         'for it; mpirun ends the job\n' % why)
+        sys.stderr.flush()
+        comm.Abort(1)
+    atexit.register(_abort)
+
+
 def initialized_mpi():
     """Whether hvd initialised MPI in this process (and so finalises it at
     exit)."""
