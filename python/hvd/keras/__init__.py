@@ -6,3 +6,4 @@ from hvd.tensorflow.keras import (DistributedOptimizer, PartialDistributedOptimi
                                   broadcast_global_variables)
 from hvd.tensorflow.keras import allreduce, allgather, broadcast, reducescatter  # noqa: F401
 from hvd.keras import callbacks  # noqa: F401
+from hvd.tensorflow.keras import elastic  # noqa: F401

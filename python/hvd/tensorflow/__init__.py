@@ -31,8 +31,8 @@ Not provided (Horovod has them): TF1 session hooks
 (BroadcastGlobalVariablesHook, broadcast_global_variables outside eager /
 tf.function), backward_passes_per_step > 1 outside Keras optimizers
 (DistributedGradientTape, tf.compat.v1 optimizers), the Adasum delta
-optimizer (allreduce with op=hvd.Adasum works), elastic training for
-TensorFlow.
+optimizer (allreduce with op=hvd.Adasum works), elastic state for TF1
+sessions (hvd.elastic has the eager TensorFlowState and TensorFlowKerasState).
 """
 import numpy as _numpy
 import tensorflow as tf
@@ -55,6 +55,7 @@ from hvd.tensorflow.collectives import (  # noqa: F401
 from hvd.tensorflow.collectives import as_numpy as _as_numpy, to_tf as _to_tf  # noqa: F401  (zero copy; tests check)
 from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes
 from hvd.tensorflow.optimizer import keras_optimizer
+from hvd.tensorflow import elastic  # noqa: F401  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 
 
 class _DistributedGradientTape(tf.GradientTape):

@@ -5,7 +5,9 @@ locally and reducing every Nth pass (eager, in a tf.function, through
 model.train_on_batch with IndexedSlices and sparse_as_dense; an inf of one
 cycle cleared before the next), worker-local variables (register_local_var,
 hvd.keras.PartialDistributedOptimizer), BroadcastGlobalVariablesCallback's
-local_variables, and the helper modules Horovod's tests import."""
+local_variables, the helper modules Horovod's tests import, and the
+elastic Keras state (KerasState sync/restore/commit, its model.fit
+callbacks)."""
 import numpy as np
 import tensorflow as tf
 from keras.src.optimizers.legacy import optimizer_v2
@@ -119,6 +121,36 @@ model.fit(np.ones((2, 3)), np.ones((2, 2)), verbose=0,
 for v in model.variables:
     want = R if any(v is lv for lv in local_vars) else root
     assert np.allclose(v.numpy(), want), (v.name, v.numpy(), want)
+
+# ---------------------------------------------- elastic Keras state
+model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(2,))])
+model.set_weights([np.full((2, 2), R + 1.0, np.float32), np.full((2,), R + 1.0, np.float32)])
+opt = tf.keras.optimizers.legacy.Adam(0.01)
+state = hvd.elastic.KerasState(model, opt, batch=20 + R, epoch=10 + R)
+assert hvd_keras.elastic.KerasState is hvd.elastic.KerasState
+state.sync()
+assert all(np.allclose(w, 1.0) for w in model.get_weights()), model.get_weights()  # rank 0's
+assert (state.batch, state.epoch) == (20, 10)
+synced = model.get_weights()
+model.set_weights([w + 5 for w in synced])
+state.batch = 21
+state.restore()
+assert all(np.allclose(a, b) for a, b in zip(model.get_weights(), synced)) and state.batch == 20
+model.set_weights([w + 5 for w in synced])
+state.batch = 22
+state.commit()
+state.restore()
+assert all(np.allclose(a, b + 5) for a, b in zip(model.get_weights(), synced)) and state.batch == 22
+
+model.compile(loss='mse', optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.legacy.SGD(0.01)))
+state = hvd.elastic.KerasState(model, batch=0, epoch=0)
+callbacks = [hvd.elastic.CommitStateCallback(state, batches_per_commit=2), hvd.elastic.UpdateBatchStateCallback(state),
+             hvd.elastic.UpdateEpochStateCallback(state)]
+model.fit(np.ones((8, 2)), np.ones((8, 2)), batch_size=2, epochs=2, verbose=0, callbacks=callbacks)
+assert (state.epoch, state.batch) == (2, 0), (state.epoch, state.batch)
+model.set_weights([w * 0 for w in model.get_weights()])
+state.restore()  # the commit at the end of the last epoch
+assert not all(np.allclose(w, 0) for w in model.get_weights())
 
 hvd.shutdown()
 print('hvd.tensorflow parity ok')

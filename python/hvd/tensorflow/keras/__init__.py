@@ -25,6 +25,7 @@ from hvd.tensorflow import (init, shutdown, is_initialized, start_timeline, stop
 from hvd.tensorflow.collectives import check_reduction
 from hvd.tensorflow.optimizer import keras_optimizer
 from hvd.tensorflow.keras import callbacks  # noqa: F401
+from hvd.tensorflow.keras import elastic  # noqa: F401  (KerasState and its callbacks)
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='', compression=Compression.none,
