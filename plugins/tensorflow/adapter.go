@@ -33,7 +33,7 @@ func pkg() pypkg.Adapter {
 			Supported: pyprobe.MustRange(">=2.12,<2.16"),
 		},
 		// The same list feeds Describe and the generated code.
-		DTypes:  []string{"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", "bool"},
+		DTypes:  []string{"uint8", "int8", "uint16", "int16", "int32", "int64", "float16", "float32", "float64", "bool"},
 		Modules: []string{"hvd/tensorflow", "hvd/keras"},
 	}
 }

@@ -37,6 +37,14 @@ class AddGradient(optimizer_v2.OptimizerV2):
         return super().get_config()
 
 
+# ------------------------------------------------- uint16 (Horovod's dtypes)
+u = tf.constant([1, 2, 60000 // N], dtype=tf.uint16)
+assert hvd.allreduce(u, op=hvd.Sum, name='u16.sum').tolist() == [N, 2 * N, (60000 // N) * N]
+assert hvd.allgather(u, name='u16.gather').dtype == np.uint16
+assert hvd.broadcast(u + R, root_rank=0, name='u16.bcast').tolist() == [1, 2, 60000 // N]
+import hvd.tensorflow as hvd_tf  # noqa: E402
+assert hvd_tf.allreduce(u, op=hvd.Sum, name='u16.tf').dtype == tf.uint16
+
 # ------------------------------------------- backward_passes_per_step
 for average in (True, False):
     for traced in (False, True):
