@@ -187,7 +187,10 @@ func (c *Client) wait(ctx context.Context, scope, key, param string) ([]byte, er
 			query = append(query, param)
 		}
 		held := false // the server holds this request (wait_ms)
-		if !first && c.longPoll.Load() {
+		// A plain Get asks once without waiting (as Horovod's client);
+		// a range read (param) is hvd's own, so the server is known to
+		// hold requests: it waits from the first request.
+		if (!first || param != "") && c.longPoll.Load() {
 			wait := longPollChunk
 			if dl, ok := ctx.Deadline(); ok {
 				wait = min(wait, time.Until(dl))
