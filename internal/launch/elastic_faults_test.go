@@ -148,3 +148,37 @@ func TestElasticPartitionDecided(t *testing.T) {
 		"hvdrun: elastic: blacklisting host 127.0.0.1 for good\n")
 	r.finish()
 }
+
+// A stopped worker reported by its peers is a worker failure, not a host
+// cut off: with a cooldown, it is stopped and its host blacklisted for the
+// cooldown, the host's other workers keep running, and only after the
+// cooldown does a new worker start in its slot.
+func TestElasticStoppedWorkerCooldown(t *testing.T) {
+	r := elasticJob(t)
+	r.hosts("localhost:1", "127.0.0.2:2")
+	r.start("-np", "3", "--min-np", "1", "--blacklist-cooldown-range", "2", "2", "--host-discovery-script", r.discovery())
+	r.waitLog("localhost:0 0 0 3 0 0", "127.0.0.2:0 0 1 3 1 0", "127.0.0.2:1 0 2 3 2 0")
+	stoppedPid := r.pid("127.0.0.2:1", 0)
+	if err := syscall.Kill(stoppedPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	r.cmd("localhost:0", "report 127.0.0.2:1")
+	r.cmd("127.0.0.2:0", "report 127.0.0.2:1")
+	r.waitPublished("epoch=1")
+	excluded := time.Now()
+	r.checkWorld(1, "localhost:0 127.0.0.2:0", "127.0.0.2:1")
+	assertGoneWithin(t, 3*time.Second, stoppedPid)
+	r.waitPublished("epoch=2")
+	if back := time.Since(excluded); back < 1900*time.Millisecond {
+		t.Errorf("the slot got a worker again %v after the stopped worker was excluded, before the 2 s cooldown", back)
+	}
+	r.checkWorld(2, "localhost:0 127.0.0.2:0 127.0.0.2:1", "")
+	r.cmd("all", "exit 0")
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+	}
+	mustContain(t, "stderr", r.stderr.String(),
+		"hvdrun: elastic: worker 127.0.0.2:1 (rank 2 of world 0) is stopped (SIGSTOP): it was reported failed by worker ",
+		"hvdrun: elastic: blacklisting host 127.0.0.2 for 2s: its other workers keep running (127.0.0.2:0)")
+	r.finish()
+}
