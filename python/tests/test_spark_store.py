@@ -63,6 +63,40 @@ def test_long_poll_returns_when_the_key_is_set(server):
     assert time.time() - t0 >= 0.19
 
 
+def _split_range(body, n):
+    out = []
+    for _ in range(n):
+        length, shift = 0, 0
+        while True:
+            b, body = body[0], body[1:]
+            length |= (b & 0x7f) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        out.append(body[:length])
+        body = body[length:]
+    assert body == b''
+    return out
+
+
+def test_range_read(server):
+    # hvd's Go client reads every rank's host key or address in one request
+    # from a store that answers X-Hvd-Store (sdk/rendezvous/batch.go)
+    for i in range(3):
+        server.put('e0', 'topology/%d' % i, b'host%d' % i * (i + 1))
+    status, body, _ = _request(server, 'GET', '/e0/topology%2F?range=0-3')
+    assert status == 200 and _split_range(body, 3) == [b'host0', b'host1host1', b'host2host2host2']
+    status, body, headers = _request(server, 'GET', '/e0/topology%2F?range=1-5&wait_ms=100')
+    assert status == 404 and headers[store.HEADER_MISSING] == 'topology%2F3'
+    threading.Timer(0.3, lambda: server.put('e0', 'topology/3', b'x' * 200)).start()
+    status, body, _ = _request(server, 'GET', '/e0/topology%2F?range=2-4&wait_ms=5000')
+    assert status == 200 and _split_range(body, 2) == [b'host2host2host2', b'x' * 200]
+    for bad in ('3-3', '4-2', 'a-b', '0-%d' % (store.MAX_RANGE + 1), '-1-2'):
+        assert _request(server, 'GET', '/e0/topology%2F?range=' + bad)[0] == 400, bad
+    assert _request(server, 'PUT', '/e0/k?range=0-1', b'v')[0] == 400
+    assert _request(server, 'GET', '/e0/k?other=1')[0] == 400
+
+
 def test_authentication(server):
     assert _request(server, 'PUT', '/s/k', b'v', secret=b'wrong')[0] == 401
     status, body, _ = _request(server, 'GET', '/s/k', secret=b'')

@@ -10,6 +10,7 @@ package rendezvous
 
 import (
 	"context"
+	"errors"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -80,7 +81,8 @@ func decodeRange(b []byte, n int) ([][]byte, error) {
 // GetRange waits until the keys prefix+"lo" … prefix+"hi-1" exist in scope
 // and returns their values: one request (long-polled) against this
 // package's server, one Get per key against Horovod's (the client knows
-// which after its first answer).
+// which after its first answer) and against a store that answers
+// HeaderStore but refuses the range (400; remembered).
 func (c *Client) GetRange(ctx context.Context, scope, prefix string, lo, hi int) ([][]byte, error) {
 	if hi-lo > MaxRange {
 		return nil, fmt.Errorf("%w: a range of %d keys, over %d", ErrBadRequest, hi-lo, MaxRange)
@@ -88,22 +90,25 @@ func (c *Client) GetRange(ctx context.Context, scope, prefix string, lo, hi int)
 	if lo >= hi {
 		return nil, nil
 	}
-	if !c.longPoll.Load() {
-		vs := make([][]byte, 0, hi-lo)
-		for i := lo; i < hi; i++ {
-			v, err := c.Get(ctx, scope, prefix+strconv.Itoa(i))
-			if err != nil {
-				return nil, err
-			}
-			vs = append(vs, v)
+	if c.longPoll.Load() && !c.noRange.Load() {
+		b, err := c.wait(ctx, scope, prefix, "range="+strconv.Itoa(lo)+"-"+strconv.Itoa(hi))
+		if err == nil {
+			return decodeRange(b, hi-lo)
 		}
-		return vs, nil
+		if !errors.Is(err, ErrBadRequest) {
+			return nil, err
+		}
+		c.noRange.Store(true) // a store that holds requests but has no range reads
 	}
-	b, err := c.wait(ctx, scope, prefix, "range="+strconv.Itoa(lo)+"-"+strconv.Itoa(hi))
-	if err != nil {
-		return nil, err
+	vs := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		v, err := c.Get(ctx, scope, prefix+strconv.Itoa(i))
+		if err != nil {
+			return nil, err
+		}
+		vs = append(vs, v)
 	}
-	return decodeRange(b, hi-lo)
+	return vs, nil
 }
 
 var _ backends.StoreRangeGetter = (*scopedStore)(nil)

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,5 +88,58 @@ func TestInitRaisesStrangerBound(t *testing.T) {
 	s.Init(map[string]int{"global": 2})
 	if s.ln.max != 1024+MaxStrangerConns {
 		t.Fatalf("a smaller plan lowered the bound to %d", s.ln.max)
+	}
+}
+
+// A store that answers HeaderStore (it holds ?wait_ms requests) but has no
+// range reads — an hvd driver store of an older release — refuses the
+// first range read with 400: the client then reads key by key, and
+// remembers it (TestDriverStore failed with "only GET ?wait_ms=N" before).
+func TestGetRangeFallsBackOnAStoreWithoutRanges(t *testing.T) {
+	var mu sync.Mutex
+	kv := map[string][]byte{}
+	ranges := 0
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(HeaderStore, "1")
+		mu.Lock()
+		defer mu.Unlock()
+		q := r.URL.Query()
+		if q.Has("range") {
+			ranges++
+			http.Error(w, "query: only GET ?wait_ms=N", http.StatusBadRequest)
+			return
+		}
+		switch r.Method {
+		case http.MethodPut:
+			b, _ := io.ReadAll(r.Body)
+			kv[r.URL.EscapedPath()] = b
+		case http.MethodGet:
+			v, ok := kv[r.URL.EscapedPath()]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			_, _ = w.Write(v)
+		}
+	}))
+	defer hs.Close()
+	c := newClient(t, ClientConfig{Addr: strings.TrimPrefix(hs.URL, "http://"), Timeout: 5 * time.Second})
+	ctx := context.Background()
+	for i := range 3 {
+		if err := c.Put(ctx, "w", "h/"+strconv.Itoa(i), []byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		vs, err := c.GetRange(ctx, "w", "h/", 0, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprintf("%s", vs); got != "[a b c]" {
+			t.Fatalf("values %s", got)
+		}
+	}
+	if ranges != 1 {
+		t.Fatalf("%d range reads sent, want 1 (then key by key, remembered)", ranges)
 	}
 }

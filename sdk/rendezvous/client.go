@@ -64,6 +64,10 @@ type Client struct {
 	// longPoll is set once a response carried HeaderStore: the server
 	// understands ?wait_ms, so Get stops polling.
 	longPoll atomic.Bool
+	// noRange is set once a store that carries HeaderStore refused a range
+	// read (400): an hvd store without them, such as an older driver's
+	// (hvd/spark/store.py before range reads); GetRange then reads key by key.
+	noRange atomic.Bool
 
 	now        func() time.Time // injectable for tests
 	stamps     stamper          // auth.go

@@ -1,7 +1,10 @@
 """The rendezvous store a driver serves for workers it does not start itself
 (hvd.spark, hvd.ray): Horovod's HTTP key-value protocol as hvd's Go store
 speaks it (sdk/rendezvous: PUT/GET/DELETE /<scope>/<key>, 404 for an
-absent key, GET ?wait_ms=N long-polls, X-Hvd-Store on every answer), with
+absent key, GET ?wait_ms=N long-polls, GET /<scope>/<prefix>?range=LO-HI
+answers the values of <prefix>LO … <prefix>HI-1 in one request, each
+preceded by its length as a uvarint, or 404 naming the first missing key in
+X-Hvd-Missing; X-Hvd-Store on every answer), with
 every request authenticated by the job's secret key (X-Hvd-Timestamp and
 X-Hvd-Auth = HMAC-SHA256(secret, method + "\\n" + request URI + "\\n" +
 timestamp + "\\n" + hex(SHA-256(body)))), so that only the job's workers
@@ -26,6 +29,8 @@ import urllib.parse
 HEADER_AUTH = 'X-Hvd-Auth'
 HEADER_TIMESTAMP = 'X-Hvd-Timestamp'
 HEADER_STORE = 'X-Hvd-Store'
+HEADER_MISSING = 'X-Hvd-Missing'
+MAX_RANGE = 1 << 16  # keys one range request may name, as the Go store
 MAX_CLOCK_SKEW = 300.0  # seconds, as the Go store
 MAX_VALUE_SIZE = 64 << 20
 MAX_WAIT = 30.0
@@ -38,6 +43,24 @@ def sign(secret, method, uri, timestamp, body):
     return hmac.new(secret, msg, hashlib.sha256).hexdigest()
 
 
+def _parse_range(v):
+    """(lo, hi) from 'LO-HI' with 0 <= LO < HI and HI-LO <= MAX_RANGE, else None."""
+    a, sep, b = v.partition('-')
+    if not sep or not a.isdigit() or not b.isdigit():
+        return None
+    lo, hi = int(a), int(b)
+    return (lo, hi) if lo < hi and hi - lo <= MAX_RANGE else None
+
+
+def _uvarint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7f) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     server_version = 'hvd-driver-store'
@@ -45,16 +68,18 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet: the driver reports what matters
         pass
 
-    def _answer(self, code, body=b''):
+    def _answer(self, code, body=b'', headers=()):
         self.send_response(code)
         self.send_header(HEADER_STORE, '1')
+        for k, v in headers:
+            self.send_header(k, v)
         self.send_header('Content-Type', 'application/octet-stream' if code == 200 else 'text/plain; charset=utf-8')
         self.send_header('Content-Length', str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
-    def _fail(self, code, msg):
-        self._answer(code, ('hvd: rendezvous: ' + msg).encode())
+    def _fail(self, code, msg, headers=()):
+        self._answer(code, ('hvd: rendezvous: ' + msg).encode(), headers)
 
     def _handle(self, method):
         store = self.server.store
@@ -83,21 +108,32 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if len(parts) != 3 or parts[0] != '' or not parts[1] or not parts[2]:
             return self._fail(400, 'path %r is not /<scope>/<key>' % url.path)
         scope, key = urllib.parse.unquote(parts[1]), urllib.parse.unquote(parts[2])
-        wait = 0.0
+        wait, rng = 0.0, None
         if url.query:
             q = urllib.parse.parse_qs(url.query)
-            if method != 'GET' or list(q) != ['wait_ms']:
-                return self._fail(400, 'query %r: only GET ?wait_ms=N' % url.query)
-            try:
-                wait = min(max(int(q['wait_ms'][0]), 0) / 1000.0, MAX_WAIT)
-            except ValueError:
-                return self._fail(400, 'wait_ms=%r is not an integer' % q['wait_ms'][0])
+            if method != 'GET' or not q or set(q) - {'wait_ms', 'range'} or any(len(v) != 1 for v in q.values()):
+                return self._fail(400, 'query %r: only GET ?wait_ms=N and ?range=LO-HI' % url.query)
+            if 'wait_ms' in q:
+                try:
+                    wait = min(max(int(q['wait_ms'][0]), 0) / 1000.0, MAX_WAIT)
+                except ValueError:
+                    return self._fail(400, 'wait_ms=%r is not an integer' % q['wait_ms'][0])
+            if 'range' in q:
+                rng = _parse_range(q['range'][0])
+                if rng is None:
+                    return self._fail(400, 'range=%r: want LO-HI with 0 <= LO < HI and at most %d keys' % (q['range'][0], MAX_RANGE))
         if method == 'PUT':
             store.put(scope, key, body)
             return self._answer(200)
         if method == 'DELETE':
             store._delete(scope, key)
             return self._answer(200)
+        if rng is not None:
+            values, missing = store.get_range(scope, key, rng[0], rng[1], wait)
+            if values is None:
+                return self._fail(404, 'no key %r in scope %r' % (missing, scope),
+                                  [(HEADER_MISSING, urllib.parse.quote(missing, safe=''))])
+            return self._answer(200, b''.join(_uvarint(len(v)) + v for v in values))
         value = store.get(scope, key, wait)
         if value is None:
             return self._fail(404, 'no key %r in scope %r' % (key, scope))
@@ -170,6 +206,22 @@ class RendezvousServer:
                     return None
                 self._cond.wait(left)
             return self._data[(scope, key)]
+
+    def get_range(self, scope, prefix, lo, hi, wait=0.0):
+        """The values of prefix+str(lo) … prefix+str(hi-1) in scope, waiting
+        up to ``wait`` seconds for all of them: (values, None), or (None, the
+        first key still missing)."""
+        keys = [prefix + str(i) for i in range(lo, hi)]
+        end = time.monotonic() + wait
+        with self._cond:
+            while True:
+                missing = next((k for k in keys if (scope, k) not in self._data), None)
+                if missing is None:
+                    return [self._data[(scope, k)] for k in keys], None
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None, missing
+                self._cond.wait(left)
 
     def keys(self, scope):
         with self._cond:
