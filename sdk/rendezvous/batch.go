@@ -10,8 +10,8 @@ package rendezvous
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
