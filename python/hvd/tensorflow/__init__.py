@@ -56,6 +56,7 @@ from hvd.tensorflow.collectives import as_numpy as _as_numpy, to_tf as _to_tf  #
 from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes
 from hvd.tensorflow.optimizer import keras_optimizer
 from hvd.tensorflow import elastic  # noqa: F401  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
+from hvd.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
 
 class _DistributedGradientTape(tf.GradientTape):

@@ -5,8 +5,9 @@ locally and reducing every Nth pass (eager, in a tf.function, through
 model.train_on_batch with IndexedSlices and sparse_as_dense; an inf of one
 cycle cleared before the next), worker-local variables (register_local_var,
 hvd.keras.PartialDistributedOptimizer), BroadcastGlobalVariablesCallback's
-local_variables, the helper modules Horovod's tests import, and the
-elastic Keras state (KerasState sync/restore/commit, its model.fit
+local_variables, the helper modules Horovod's tests import,
+SyncBatchNormalization (outputs, moving statistics and input gradients of
+the whole batch), and the elastic Keras state (KerasState sync/restore/commit, its model.fit
 callbacks)."""
 import numpy as np
 import tensorflow as tf
@@ -129,6 +130,34 @@ model.fit(np.ones((2, 3)), np.ones((2, 2)), verbose=0,
 for v in model.variables:
     want = R if any(v is lv for lv in local_vars) else root
     assert np.allclose(v.numpy(), want), (v.name, v.numpy(), want)
+
+# ------------------------------------------------- SyncBatchNormalization
+import hvd.tensorflow as hvd_tf  # noqa: E402
+rng = np.random.default_rng(7)
+everyone = rng.normal(3.0, 2.0, size=(N, 4, 3)).astype(np.float32)  # every rank's batch of 4
+mine = tf.constant(everyone[R])
+sbn = hvd_tf.SyncBatchNormalization(momentum=0.5)
+bn = tf.keras.layers.BatchNormalization(momentum=0.5)  # one process over the whole batch: the reference
+with tf.GradientTape() as tape:
+    tape.watch(mine)
+    out = sbn(mine, training=True)
+    loss = tf.reduce_sum(out * tf.range(1.0, 4.0))
+grad = tape.gradient(loss, mine)
+whole = tf.constant(everyone.reshape(N * 4, 3))
+with tf.GradientTape() as tape:
+    tape.watch(whole)
+    ref = bn(whole, training=True)
+    ref_loss = tf.reduce_sum(ref * tf.range(1.0, 4.0))
+ref_grad = tape.gradient(ref_loss, whole)
+assert np.allclose(out.numpy(), ref.numpy()[R * 4:(R + 1) * 4], atol=1e-5), (out, ref)
+assert np.allclose(sbn.moving_mean.numpy(), bn.moving_mean.numpy(), atol=1e-5)
+assert np.allclose(sbn.moving_variance.numpy(), bn.moving_variance.numpy(), rtol=1e-4)
+assert np.allclose(grad.numpy(), ref_grad.numpy()[R * 4:(R + 1) * 4], atol=1e-4), (grad, ref_grad)
+try:
+    hvd_tf.SyncBatchNormalization(fused=True)
+    raise AssertionError('fused=True accepted')
+except ValueError:
+    pass
 
 # ---------------------------------------------- elastic Keras state
 model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(2,))])
