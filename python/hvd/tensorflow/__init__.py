@@ -54,7 +54,7 @@ from hvd.tensorflow.collectives import (  # noqa: F401
     isend, irecv, send, recv)
 from hvd.tensorflow.collectives import as_numpy as _as_numpy, to_tf as _to_tf  # noqa: F401  (zero copy; tests check)
 from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes
-from hvd.tensorflow.optimizer import keras_optimizer
+from hvd.tensorflow.optimizer import Reducer, keras_optimizer, local_layer_weights
 from hvd.tensorflow import elastic  # noqa: F401  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 from hvd.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 
@@ -76,28 +76,52 @@ class _DistributedGradientTape(tf.GradientTape):
         gradients = super(self.__class__, self).gradient(target, sources, output_gradients)
         flat_sources = tf.nest.flatten(sources)
         flat = tf.nest.flatten(gradients)
-        reduced = reduce_gradients(flat, flat_sources, prefix='DistributedGradientTape', **self._hvd)
+        reduced = self._hvd_reducer(flat, flat_sources)
         return tf.nest.pack_sequence_as(gradients, reduced)
+
+    def register_local_source(self, source):
+        """Keeps source's gradient local: not reduced, divided by the set's
+        size unless scale_local_gradients=False (Horovod's)."""
+        self._hvd_reducer.local.add(source.ref())
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
                             sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                            groups=None, process_set=global_process_set):
+                            groups=None, process_set=global_process_set, scale_local_gradients=True):
     """Wraps a tf.GradientTape so that gradient() returns gradients averaged
     (op=Average, or summed with op=Sum) over the process set, as Horovod's.
 
     gradient_predivide_factor splits the averaging into a division before
     and after the sum; num_groups / groups allreduce the gradients in that
     many groups (or in the given lists of variables) instead of one by one.
+    register_local_source(v) keeps a source's gradient local.
     """
     check_reduction(op, gradient_predivide_factor, num_groups, groups, 'DistributedGradientTape')
     cls = type(gradtape.__class__.__name__, (gradtape.__class__,), dict(_DistributedGradientTape.__dict__))
     if hasattr(gradtape, '_watch_accessed_variables'):
-        return cls(gradtape._tape, device_dense, device_sparse, compression, sparse_as_dense, op,
+        tape = cls(gradtape._tape, device_dense, device_sparse, compression, sparse_as_dense, op,
                    gradient_predivide_factor, num_groups, groups, process_set, gradtape._persistent,
                    gradtape._watch_accessed_variables)
-    return cls(gradtape._tape, device_dense, device_sparse, compression, sparse_as_dense, op,
-               gradient_predivide_factor, num_groups, groups, process_set, gradtape._persistent)
+    else:
+        tape = cls(gradtape._tape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                   gradient_predivide_factor, num_groups, groups, process_set, gradtape._persistent)
+    tape._hvd_reducer = Reducer('DistributedGradientTape', tape._hvd,
+                                process_set.size() if scale_local_gradients else 1)
+    return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
+                                   sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
+                                   num_groups=0, groups=None, process_set=global_process_set, local_layers=None,
+                                   scale_local_gradients=True):
+    """DistributedGradientTape whose gradients for the trainable weights
+    of local_layers (a Keras layer or a list) stay local (Horovod's)."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression, sparse_as_dense, op,
+                                   gradient_predivide_factor, num_groups, groups, process_set,
+                                   scale_local_gradients)
+    for var in local_layer_weights(local_layers, 'PartialDistributedGradientTape'):
+        tape.register_local_source(var)
+    return tape
 
 
 # ------------------------------------------------------- DistributedOptimizer

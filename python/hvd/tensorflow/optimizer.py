@@ -26,8 +26,24 @@ from hvd.tensorflow.collectives import reduce_gradients
 DISTRIBUTED = '_hvd_distributed'  # the attribute that marks a distributed Keras optimizer class
 
 
-class _Reducer:
-    """Reduces gradients matched to their variables, leaving local ones out."""
+def local_layer_weights(local_layers, what):
+    """The trainable weights of local_layers (None, a Keras layer or a list
+    of them), for what's register_local_var / register_local_source."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, tf.keras.layers.Layer):
+        local_layers = [local_layers]
+    weights = []
+    for layer in local_layers:
+        if not isinstance(layer, tf.keras.layers.Layer):
+            raise ValueError('%s: local_layers must hold Keras layers, not %s' % (what, type(layer).__name__))
+        weights.extend(layer.trainable_weights)
+    return weights
+
+
+class Reducer:
+    """Reduces gradients matched to their variables (or tape sources),
+    leaving local ones out (the optimizers here and DistributedGradientTape)."""
 
     def __init__(self, prefix, reduction, local_scale):
         self.prefix = prefix
@@ -120,7 +136,7 @@ def keras_optimizer(optimizer, prefix, reduction, backward_passes_per_step=1, av
     def setup(self):
         """The reduction state of an instance (from_config makes instances too)."""
         if '_hvd_reducer' not in self.__dict__:
-            reducer = _Reducer(prefix, reduction, local_scale)
+            reducer = Reducer(prefix, reduction, local_scale)
             self._hvd_reducer = reducer
             self._hvd_reduced = False
             self._agg_helper = LocalGradientAggregationHelper(

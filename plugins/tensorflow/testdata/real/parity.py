@@ -4,7 +4,8 @@ and -np 3: DistributedOptimizer(backward_passes_per_step=N) aggregating
 locally and reducing every Nth pass (eager, in a tf.function, through
 model.train_on_batch with IndexedSlices and sparse_as_dense; an inf of one
 cycle cleared before the next), worker-local variables (register_local_var,
-hvd.keras.PartialDistributedOptimizer), BroadcastGlobalVariablesCallback's
+hvd.keras.PartialDistributedOptimizer, PartialDistributedGradientTape,
+register_local_source), BroadcastGlobalVariablesCallback's
 local_variables, the helper modules Horovod's tests import,
 SyncBatchNormalization (outputs, moving statistics and input gradients of
 the whole batch), and the elastic Keras state (KerasState sync/restore/commit, its model.fit
@@ -115,6 +116,23 @@ for (g, v), p in zip(pairs, plain):
     else:
         mean = hvd.allreduce(p, op=hvd.Average, name='check.' + v.name)
         assert np.allclose(g.numpy(), mean), v.name
+
+# PartialDistributedGradientTape: the same split through a tape
+import hvd.tensorflow as hvd_tf  # noqa: E402
+with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(model(x))
+tape = hvd_tf.PartialDistributedGradientTape(tape, local_layers=[model.layers[0]])
+for g, v, p in zip(tape.gradient(loss, model.trainable_weights), model.trainable_weights, plain):
+    if v.ref() in local_refs:
+        assert np.allclose(g.numpy() * N, p.numpy()), v.name
+    else:
+        assert np.allclose(g.numpy(), hvd.allreduce(p, op=hvd.Average, name='tape.' + v.name)), v.name
+with tf.GradientTape() as tape:
+    loss = tf.reduce_sum(model(x))
+tape = hvd_tf.DistributedGradientTape(tape, scale_local_gradients=False)
+tape.register_local_source(model.trainable_weights[0])
+g0 = tape.gradient(loss, model.trainable_weights)[0]
+assert np.allclose(g0.numpy(), plain[0].numpy())  # local, not scaled
 
 # ------------------------------- BroadcastGlobalVariablesCallback, locals
 root = N - 1

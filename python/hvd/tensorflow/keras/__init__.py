@@ -23,7 +23,7 @@ from hvd.tensorflow import (init, shutdown, is_initialized, start_timeline, stop
                             Average, Sum, Adasum, Min, Max, Product, Compression,
                             allgather_object, broadcast_object, join, barrier)
 from hvd.tensorflow.collectives import check_reduction
-from hvd.tensorflow.optimizer import keras_optimizer
+from hvd.tensorflow.optimizer import keras_optimizer, local_layer_weights
 from hvd.tensorflow.keras import callbacks  # noqa: F401
 from hvd.tensorflow.keras import elastic  # noqa: F401  (KerasState and its callbacks)
 
@@ -58,16 +58,8 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
                                backward_passes_per_step=backward_passes_per_step,
                                average_aggregated_gradients=average_aggregated_gradients, groups=groups,
                                process_set=process_set, scale_local_gradients=scale_local_gradients)
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, tf.keras.layers.Layer):
-        local_layers = [local_layers]
-    for layer in local_layers:
-        if not isinstance(layer, tf.keras.layers.Layer):
-            raise ValueError('PartialDistributedOptimizer: local_layers must hold Keras layers, not %s'
-                             % type(layer).__name__)
-        for var in layer.trainable_weights:
-            opt.register_local_var(var)
+    for var in local_layer_weights(local_layers, 'PartialDistributedOptimizer'):
+        opt.register_local_var(var)
     return opt
 
 
