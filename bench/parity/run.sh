@@ -15,6 +15,8 @@
 # as in Horovod's tree). `bench/parity/run.sh fetch` fills it from a git clone of
 # Horovod v0.28.1 where the network allows it.
 #
+# PARITY_TIMEOUT (seconds, default 900) ends a run that hangs: a test whose
+# ranks leave it at different points leaves a collective that never completes.
 # Prints pytest's summary per rank and a line
 #   parity SUITE np=N: passed P failed F skipped S errors E (rank 0; junit in DIR)
 # Needs `make build python plugins` first. Run alone (the ranks use the cores).
@@ -77,7 +79,7 @@ bin/hvdgen plugin install --plugin-dir bin --python "$PY" --target "$WORK/site" 
 
 cd "$WORK/test/parallel"
 set +e
-PYTHONPATH="$WORK/site:$DEPS" timeout "${PARITY_TIMEOUT:-1800}" "$ROOT/bin/hvdrun" -np "$NP" \
+PYTHONPATH="$WORK/site:$DEPS" timeout "${PARITY_TIMEOUT:-900}" "$ROOT/bin/hvdrun" -np "$NP" \
   "$PY" -m pytest -p no:cacheprovider -v -rfEs --junitxml="$WORK/junit/rank"'$HOROVOD_RANK'.xml "$@" "$FILE" \
   > "$WORK/out.txt" 2>&1
 rc=$?
