@@ -301,7 +301,7 @@ func TestStatusPageShowsStoppedRank(t *testing.T) {
 	if err != nil {
 		t.Skip("chromium is not installed (apt-get install chromium; .ci/setup.d/40-observability.sh)")
 	}
-	const stallInterval = 5 * time.Second
+	const stallInterval = 8 * time.Second
 	port := freePort(t)
 	base := "http://127.0.0.1:" + strconv.Itoa(port)
 	j := startJob(t, []string{"HOROVOD_STALL_CHECK_TIME_SECONDS=" + strconv.Itoa(int(stallInterval.Seconds()))},
