@@ -137,7 +137,7 @@ def test_init_again_is_harmless():
     hvd.init()
     assert hvd.size() == N
     hvd.init(process_sets=[hvd.ProcessSet(EVEN.ranks)])  # mapped to the registered set
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError):
         hvd.init(process_sets=[hvd.ProcessSet([0])] if N > 2 else [hvd.ProcessSet(list(range(N)) + [N])])
 
 
