@@ -83,7 +83,7 @@ func TestComputeTopologyOverServer(t *testing.T) {
 
 func TestComputeTopologyErrors(t *testing.T) {
 	s := newServer(t, nil)
-	c := newClient(t, ClientConfig{Addr: s.Addr(), Timeout: 150 * time.Millisecond})
+	c := newClient(t, ClientConfig{Addr: s.Addr(), Timeout: 400 * time.Millisecond})
 	if _, err := ComputeTopology(context.Background(), c.Store("g"), 2, 2, "a"); err == nil || !strings.Contains(err.Error(), "rank 2 is not in [0, 2)") {
 		t.Fatal(err)
 	}
