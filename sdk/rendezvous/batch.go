@@ -3,8 +3,9 @@
 // reads cost the store n² requests per world: 2.1 million at 1,024 ranks,
 // minutes on one store (docs/performance.md, "Scale"). One GET
 // /<scope>/<prefix>?range=LO-HI answers with the values of <prefix>LO …
-// <prefix>HI-1, held (wait_ms) until all exist. Only hvd's server has it;
-// against Horovod's the client reads key by key.
+// <prefix>HI-1, held (wait_ms) until all exist. hvd's stores have it (this
+// package's server and the Spark/Ray driver store, hvd/spark/store.py);
+// against Horovod's, or a store that refuses it, the client reads key by key.
 
 package rendezvous
 
