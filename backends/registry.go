@@ -124,6 +124,10 @@ type Settings struct {
 	TCPSendBuffer int
 	// Encrypt: HVD_ENCRYPT (off, cross-host or all; "": off).
 	Encrypt string
+	// NCCLLibrary, CUDARTLibrary: HVD_NCCL_LIBRARY, HVD_CUDART_LIBRARY
+	// (the GPU path's libraries by path or file name; "": the default
+	// names, backends/nccl).
+	NCCLLibrary, CUDARTLibrary string
 }
 
 // SetInfo is what the registry knows of a set when choosing its backend.

@@ -47,6 +47,8 @@ type knobs struct {
 	shmSlot     int           // HVD_SHM_SLOT_BYTES (0 = backend default)
 	tcpSndBuf   int           // HVD_TCP_SNDBUF; < 0: chosen per connection
 	encrypt     string        // HVD_ENCRYPT: off, cross-host or all ("" = off)
+	ncclLib     string        // HVD_NCCL_LIBRARY ("": the default names)
+	cudartLib   string        // HVD_CUDART_LIBRARY ("": the default names)
 	stacks      bool          // HVD_STACKS_ON_SIGNAL: SIGUSR2 writes every goroutine's stack (stackdump.go)
 	metrics     metricsKnobs  // HVD_METRICS_* (metrics.go)
 	unsupported []string      // Horovod knobs that are set but mean nothing here
@@ -184,6 +186,12 @@ var knobTable = []knobSpec{
 	{name: "HVD_ENCRYPT", kind: kindEnum, choices: []string{"off", "cross-host", "all"},
 		doc: "encrypt and authenticate TCP data connections (AES-256-GCM, keys from HVD_SECRET_KEY, which it needs): off, cross-host (peers on other hosts) or all (hvdrun --encrypt)",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.encrypt = s }},
+	{name: "HVD_NCCL_LIBRARY", kind: kindString,
+		doc: "the NCCL library the GPU path (HVD_BACKEND=nccl, -tags hvd_nccl builds) loads: a path, or a file name for the dynamic loader's search (unset: libnccl.so.2, libnccl.so)",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.ncclLib = strings.TrimSpace(s) }},
+	{name: "HVD_CUDART_LIBRARY", kind: kindString,
+		doc: "the CUDA runtime the GPU path loads: a path, or a file name for the dynamic loader's search (unset: libcudart.so and its versioned names)",
+		set: func(k *knobs, _ float64, s string, _ bool) { k.cudartLib = strings.TrimSpace(s) }},
 	{name: "HVD_METRICS_PORT", kind: kindInt, min: 1, max: 65535, unit: "port",
 		doc: "rank 0 serves the job's Prometheus metrics (/metrics) and status page (/, /status.json) on this port (jobs not started by hvdrun: mpirun, srun, Spark, Ray); every rank publishes its counters (docs/observability.md)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.metrics.port = int(f); k.metrics.publish = true }},
@@ -244,6 +252,7 @@ func (k *knobs) backendSettings() backends.Settings {
 		HierAllreduce: k.hierAllreduce, HierAllgather: k.hierAllgather,
 		ShmSmallBytes: k.shmSmall, ShmChunkBytes: k.shmChunk, ShmSlotBytes: k.shmSlot,
 		TCPSendBuffer: k.tcpSndBuf, Encrypt: k.encrypt,
+		NCCLLibrary: k.ncclLib, CUDARTLibrary: k.cudartLib,
 	}
 }
 

@@ -267,3 +267,20 @@ func TestKernelsKnobAtStart(t *testing.T) {
 		t.Errorf("HVD_KERNELS=auto: kernels %s after Start, want %s", got, best)
 	}
 }
+
+// The GPU path's library names are knobs like any other: parsed once here
+// and handed to backends/nccl through backends.Settings (it reads no
+// environment of its own).
+func TestKnobsNCCLLibraries(t *testing.T) {
+	k, err := readKnobs(envOf(map[string]string{"HVD_NCCL_LIBRARY": " /opt/nccl/libnccl.so.2 ", "HVD_CUDART_LIBRARY": "libcudart.so.12"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := k.backendSettings()
+	if s.NCCLLibrary != "/opt/nccl/libnccl.so.2" || s.CUDARTLibrary != "libcudart.so.12" {
+		t.Fatalf("settings %+v", s)
+	}
+	if k, _ = readKnobs(envOf(nil)); k.backendSettings().NCCLLibrary != "" || k.backendSettings().CUDARTLibrary != "" {
+		t.Fatalf("unset: %+v", k.backendSettings())
+	}
+}

@@ -38,8 +38,11 @@ type Config struct {
 	// this long aborts the communicator and fails (0: never). The sdk
 	// passes HOROVOD_GLOO_TIMEOUT_SECONDS / HVD_COLLECTIVE_TIMEOUT_SECONDS.
 	OpTimeout time.Duration
-	// Lib is the function table; nil loads NCCL (Load).
+	// Lib is the function table; nil loads NCCL (Load) from Paths.
 	Lib Lib
+	// Paths name the libraries to load when Lib is nil (HVD_NCCL_LIBRARY,
+	// HVD_CUDART_LIBRARY, parsed by the sdk's knob table).
+	Paths Paths
 }
 
 // Comm is one NCCL communicator of a process set, bound to one GPU, with
@@ -85,7 +88,7 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	lib := cfg.Lib
 	if lib == nil {
 		var err error
-		if lib, err = Load(); err != nil {
+		if lib, err = Load(cfg.Paths); err != nil {
 			return nil, fmt.Errorf("%s: %w", cfg.Set, err)
 		}
 	}

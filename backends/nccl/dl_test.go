@@ -30,7 +30,7 @@ func TestDLTableOnFakeLibrary(t *testing.T) {
 	}
 	t.Setenv(EnvNCCL, so)
 	t.Setenv(EnvCUDART, so)
-	lib, err := load()
+	lib, err := load(envPaths())
 	if err != nil {
 		t.Fatal(err)
 	}

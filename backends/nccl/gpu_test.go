@@ -20,7 +20,7 @@ import (
 // sizes 1 and, where present, every GPU.
 func gpuLib(t *testing.T) (Lib, int) {
 	t.Helper()
-	lib, err := Load()
+	lib, err := Load(envPaths())
 	if err != nil {
 		if os.Getenv("HVD_GPU_CHECK") == "1" {
 			t.Fatal(err)

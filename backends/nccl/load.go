@@ -3,7 +3,6 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 )
@@ -15,11 +14,19 @@ import (
 var ErrNotFound = errors.New("hvd: NCCL is not available")
 
 // The environment variables that name the libraries explicitly (a path, or
-// a file name for the dynamic loader's search).
+// a file name for the dynamic loader's search). This package reads no
+// environment: the sdk's knob table parses them into backends.Settings
+// (NCCLLibrary, CUDARTLibrary), which the factory hands to New as Paths.
 const (
 	EnvNCCL   = "HVD_NCCL_LIBRARY"
 	EnvCUDART = "HVD_CUDART_LIBRARY"
 )
+
+// Paths name the libraries to load (EnvNCCL's and EnvCUDART's values); ""
+// tries the default names.
+type Paths struct {
+	NCCL, CUDART string
+}
 
 // The file names tried, in order, when the variables are unset. dlopen
 // searches LD_LIBRARY_PATH, the ld.so cache and the libraries already
@@ -80,10 +87,10 @@ var symbols = []symbol{
 	{"cudaGetErrorString", fromCUDART, false},
 }
 
-// candidates returns the names to try for a library: the variable's value
-// alone when set.
-func candidates(env string, defaults []string) []string {
-	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
+// candidates returns the names to try for a library: the named one alone
+// when set.
+func candidates(named string, defaults []string) []string {
+	if v := strings.TrimSpace(named); v != "" {
 		return []string{v}
 	}
 	return defaults
@@ -94,17 +101,17 @@ var loaded struct {
 	lib Lib
 }
 
-// Load opens NCCL and the CUDA runtime (once per process; a failure is
-// retried on the next call, so installing the libraries and setting the
-// variables needs no restart of a long-lived test process) and returns
-// their function table.
-func Load() (Lib, error) {
+// Load opens NCCL and the CUDA runtime named by p (once per process; a
+// failure is retried on the next call, so installing the libraries and
+// setting the variables needs no restart of a long-lived test process) and
+// returns their function table.
+func Load(p Paths) (Lib, error) {
 	loaded.Lock()
 	defer loaded.Unlock()
 	if loaded.lib != nil {
 		return loaded.lib, nil
 	}
-	l, err := load()
+	l, err := load(p)
 	if err != nil {
 		return nil, err
 	}
@@ -112,26 +119,26 @@ func Load() (Lib, error) {
 	return l, nil
 }
 
-func load() (Lib, error) {
+func load(p Paths) (Lib, error) {
 	if !haveDL {
 		return nil, fmt.Errorf("%w: this hvd was built without cgo (CGO_ENABLED=0), so it cannot load libnccl.so.2; rebuild with cgo", ErrNotFound)
 	}
 	handles := [2]uintptr{}
 	paths := [2]string{}
 	for i, lib := range []struct {
-		what, env string
-		names     []string
-		install   string
+		what, env, named string
+		names            []string
+		install          string
 	}{
-		{"NCCL", EnvNCCL, ncclNames, "install NCCL 2 (Debian/Ubuntu: libnccl2; pip: nvidia-nccl-cu12) or set " + EnvNCCL + " to its path"},
-		{"the CUDA runtime", EnvCUDART, cudartNames, "install the CUDA runtime (pip: nvidia-cuda-runtime-cu12) or set " + EnvCUDART + " to its path"},
+		{"NCCL", EnvNCCL, p.NCCL, ncclNames, "install NCCL 2 (Debian/Ubuntu: libnccl2; pip: nvidia-nccl-cu12) or set " + EnvNCCL + " to its path"},
+		{"the CUDA runtime", EnvCUDART, p.CUDART, cudartNames, "install the CUDA runtime (pip: nvidia-cuda-runtime-cu12) or set " + EnvCUDART + " to its path"},
 	} {
-		names := candidates(lib.env, lib.names)
+		names := candidates(lib.named, lib.names)
 		h, path, err := dlopen(names)
 		if err != nil {
 			how := lib.env + " unset"
-			if os.Getenv(lib.env) != "" {
-				how = lib.env + "=" + os.Getenv(lib.env)
+			if lib.named != "" {
+				how = lib.env + "=" + lib.named
 			}
 			return nil, fmt.Errorf("%w: %s could not be loaded: tried %s (%s): %v; %s",
 				ErrNotFound, lib.what, strings.Join(names, ", "), how, err, lib.install)

@@ -14,7 +14,7 @@ import (
 func TestLoadErrors(t *testing.T) {
 	if !haveDL {
 		t.Setenv(EnvNCCL, "")
-		_, err := Load()
+		_, err := Load(envPaths())
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "built without cgo") {
 			t.Fatalf("error %v", err)
 		}
@@ -23,7 +23,7 @@ func TestLoadErrors(t *testing.T) {
 	t.Run("absent", func(t *testing.T) {
 		t.Setenv(EnvNCCL, "")
 		t.Setenv(EnvCUDART, "")
-		if _, err := load(); err == nil {
+		if _, err := load(envPaths()); err == nil {
 			t.Skip("NCCL and the CUDA runtime load on this machine: the absent case cannot be staged")
 		} else if !errors.Is(err, ErrNotFound) {
 			t.Fatalf("error %v does not wrap ErrNotFound", err)
@@ -33,7 +33,7 @@ func TestLoadErrors(t *testing.T) {
 	})
 	t.Run("named-file-missing", func(t *testing.T) {
 		t.Setenv(EnvNCCL, "/nonexistent/libnccl.so.2")
-		_, err := load()
+		_, err := load(envPaths())
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "tried /nonexistent/libnccl.so.2 (HVD_NCCL_LIBRARY=/nonexistent/libnccl.so.2)") ||
 			!strings.Contains(err.Error(), "No such file") {
 			t.Fatalf("error %v", err)
@@ -44,7 +44,7 @@ func TestLoadErrors(t *testing.T) {
 		// the file and the missing function.
 		t.Setenv(EnvNCCL, "libc.so.6")
 		t.Setenv(EnvCUDART, "libm.so.6")
-		_, err := load()
+		_, err := load(envPaths())
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "libc.so.6 has no ncclGetVersion: is it libnccl.so.2?") {
 			t.Fatalf("error %v", err)
 		}
@@ -52,7 +52,7 @@ func TestLoadErrors(t *testing.T) {
 	t.Run("cudart-not-cuda", func(t *testing.T) {
 		t.Setenv(EnvNCCL, "libc.so.6")
 		t.Setenv(EnvCUDART, "libc.so.6")
-		_, err := load()
+		_, err := load(envPaths())
 		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "has no ncclGetVersion") {
 			t.Fatalf("error %v", err)
 		}

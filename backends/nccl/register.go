@@ -41,6 +41,7 @@ func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
 		Exchange:  StoreExchange(b.Store, b.Name+"/nccl-id"),
 		Host:      host,
 		OpTimeout: b.OpTimeout,
+		Paths:     Paths{NCCL: b.Settings.NCCLLibrary, CUDART: b.Settings.CUDARTLibrary},
 	})
 	if err != nil {
 		host.Close()
