@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/internal/cpubind"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 	"github.com/hvdorg/hvd/sdk/internal/timeline"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
@@ -207,7 +208,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	}
 	w.id.LocalRank, w.id.LocalSize = w.topo.LocalRank, w.topo.LocalSize
 	if k.bindTo == "core" {
-		if err := bindToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf); err != nil {
+		if err := cpubind.ToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf); err != nil {
 			return nil, err
 		}
 	}

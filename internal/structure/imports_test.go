@@ -41,6 +41,7 @@ var rules = []rule{
 	{pkg: "backends/*/**", may: []string{"backends"}, why: "test-only backends and helpers speak the contracts",
 		tests: []string{"backends/**"}},
 	{pkg: "sdk/internal/timeline", why: "the trace writer is a leaf"},
+	{pkg: "sdk/internal/cpubind", why: "CPU binding (HVD_BIND_TO=core) is a leaf"},
 	{pkg: "sdk/internal/engine", may: []string{"backends", "sdk/internal/timeline"},
 		why:   "the engine sees the planes' contracts, never a concrete backend",
 		tests: []string{"backends/**"}},

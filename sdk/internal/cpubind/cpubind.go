@@ -1,4 +1,7 @@
-package sdk
+// Package cpubind pins a rank's threads to one CPU (HVD_BIND_TO=core,
+// hvdrun --bind-to core); the sdk calls it once the rank's local rank is
+// known.
+package cpubind
 
 import (
 	"fmt"
@@ -8,12 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// bindToCore implements HVD_BIND_TO=core (hvdrun --bind-to core): local
+// ToCore implements HVD_BIND_TO=core (hvdrun --bind-to core): local
 // rank i runs on the i-th CPU of the process's allowed set, as mpirun binds
 // ranks for np <= 2. Every thread of the process is moved (a framework may
 // have started its own before Init). Nothing is bound when local ranks
 // outnumber the allowed CPUs: binding would stack ranks on cores.
-func bindToCore(localRank, localSize int, logf func(string, ...any)) error {
+func ToCore(localRank, localSize int, logf func(string, ...any)) error {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		return fmt.Errorf("hvd: HVD_BIND_TO=core: read the CPU mask: %w", err)
