@@ -62,6 +62,10 @@ type Config struct {
 	SendBuffer int
 	// SmallBytes overrides the small/large algorithm threshold (0 = default).
 	SmallBytes int
+	// FullMeshMax is the largest size built as a full mesh; a larger set
+	// connects only the peers its algorithms use (lazy.go). 0: 
+	// DefaultFullMeshMax (sdk: HVD_TCP_FULL_MESH_MAX).
+	FullMeshMax int
 	// Encrypt chooses the connections whose data is encrypted and
 	// authenticated (AES-256-GCM records, keys from Secret and the
 	// handshake's nonces; see crypt.go): EncryptOff ("" too),
@@ -105,6 +109,24 @@ type Comm struct {
 	kickFd  int         // signalled by Kick (wakes Idle)
 	kicked  atomic.Bool // kickFd holds a signal Idle has not drained (Kick skips the write)
 
+	// Lazy connections (lazy.go). peers is fixed once New returns for a
+	// full mesh; for a lazy communicator connMu guards its entries (they
+	// go from nil to a connection, never back, until Close) and waiters.
+	lazy           bool
+	cfg            Config // kept for lazy dials
+	connectTimeout time.Duration
+	sndBuf         int
+	connMu         sync.Mutex
+	waiters        map[int]struct{} // eventfds install signals
+	idleConnFd     int              // Idle's waiter
+	closedConns    bool             // Close began closing connections: install refuses
+	life           context.Context  // ends at Close: the listener and lazy dials
+	stopLife       context.CancelFunc
+	lifeWG         sync.WaitGroup
+	// p2pSent, p2pRecvd count point-to-point messages per peer (the frame's
+	// seq), guarded by sendMu / recvMu of that peer.
+	p2pSent, p2pRecvd []uint64
+
 	scratch []byte   // reused receive space (direct algorithms)
 	rings   [][]byte // reused reduce rings, one per concurrent reducer
 }
@@ -138,7 +160,14 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 		rank: cfg.Rank, size: cfg.Size, prefix: cfg.Prefix, store: cfg.Store,
 		globalRanks: cfg.GlobalRanks, spin: cfg.Spin, opTimeout: cfg.OpTimeout,
 		stall: cfg.Stall, small: cfg.SmallBytes,
+		connectTimeout: cfg.ConnectTimeout, sndBuf: cfg.SendBuffer,
+		p2pSent: make([]uint64, cfg.Size), p2pRecvd: make([]uint64, cfg.Size),
 	}
+	if cfg.FullMeshMax <= 0 {
+		cfg.FullMeshMax = DefaultFullMeshMax
+	}
+	c.lazy = cfg.Size > cfg.FullMeshMax
+	c.cfg = cfg
 	if c.small <= 0 {
 		c.small = defaultSmallBytes
 	}
@@ -154,7 +183,11 @@ func New(ctx context.Context, cfg Config) (*Comm, error) {
 	if cfg.Size > 1 {
 		cctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 		defer cancel()
-		if err := c.establish(cctx, &cfg); err != nil {
+		start := c.establish
+		if c.lazy {
+			start = c.startLazy
+		}
+		if err := start(cctx, &cfg); err != nil {
 			unix.Close(fd)
 			unix.Close(c.kickFd)
 			return nil, err
@@ -229,11 +262,13 @@ func (c *Comm) fail(opName string, p *peer, err error) error {
 		c.aborted.Store(true)
 	}
 	cancel()
+	c.connMu.Lock() // a lazy communicator's install shuts later ones
 	for _, q := range c.peers {
 		if q != nil {
 			unix.Shutdown(q.fd, unix.SHUT_RDWR)
 		}
 	}
+	c.connMu.Unlock()
 	return pe
 }
 
@@ -246,10 +281,16 @@ func (c *Comm) Close() error {
 	var one [8]byte
 	one[0] = 1
 	unix.Write(c.wakeFd, one[:])
+	if c.lazy {
+		c.stopLife() // ends a lazy dial under way
+	}
 	c.mu.Lock() // wait for a running operation to leave
 	defer c.mu.Unlock()
 	c.idleMu.Lock() // and for Idle (woken by wakeFd)
 	defer c.idleMu.Unlock()
+	if c.lazy {
+		c.stopAccepting() // no connection arrives any more: peers is fixed
+	}
 	if c.broken.Load() == nil {
 		// Peers that are still running will see the connections close; tell
 		// them it was on purpose with a close notice on each connection. Every
@@ -276,6 +317,9 @@ func (c *Comm) Close() error {
 		if p != nil {
 			unix.Close(p.fd)
 		}
+	}
+	if c.lazy {
+		c.closeLazy()
 	}
 	if c.aborted.Load() {
 		// The peers read the reason when they saw this rank's connections

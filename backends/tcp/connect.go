@@ -523,8 +523,6 @@ type peer struct {
 	fd   int
 	addr string
 	sec  *secure // the record layer of an encrypted connection (crypt.go), else nil
-	// per-pair point-to-point counters
-	p2pSent, p2pRecvd uint64
 }
 
 func newPeer(rank int, conn *net.TCPConn, sendBuffer int) (*peer, error) {

@@ -454,6 +454,8 @@ func sameHost(conn *net.TCPConn) bool {
 // buffered reports whether an encrypted connection holds received data the
 // socket no longer shows.
 func (c *Comm) buffered() bool {
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
 	for _, p := range c.peers {
 		if p != nil && p.sec != nil && p.sec.buffered.Load() {
 			return true

@@ -92,13 +92,23 @@ func (c *Comm) Idle(timeout time.Duration) (incoming bool, err error) {
 	if c.buffered() {
 		return true, nil // already received (encrypted connections read ahead)
 	}
-	pfds := make([]unix.PollFd, 0, c.size+1)
+	pfds := make([]unix.PollFd, 0, c.size+3)
 	pfds = append(pfds, unix.PollFd{Fd: int32(c.wakeFd), Events: unix.POLLIN}, unix.PollFd{Fd: int32(c.kickFd), Events: unix.POLLIN})
+	if c.lazy {
+		// A peer that connects now is starting an operation with this
+		// rank: install signals idleConnFd after adding it (drained first,
+		// so only a connection the snapshot below lacks wakes Idle).
+		var b [8]byte
+		unix.Read(c.idleConnFd, b[:])
+		pfds = append(pfds, unix.PollFd{Fd: int32(c.idleConnFd), Events: unix.POLLIN})
+	}
+	c.connMu.Lock()
 	for _, p := range c.peers {
 		if p != nil {
 			pfds = append(pfds, unix.PollFd{Fd: int32(p.fd), Events: unix.POLLIN})
 		}
 	}
+	c.connMu.Unlock()
 	ms := -1
 	if timeout >= 0 {
 		ms = int((timeout + time.Millisecond - 1) / time.Millisecond)

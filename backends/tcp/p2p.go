@@ -33,9 +33,8 @@ func (c *Comm) Send(buf []byte, dst int, tag uint32) error {
 		return err
 	}
 	defer done()
-	p := c.peers[dst]
-	x := c.sendTo(dst, kindP2P, p.p2pSent, tag, buf)
-	p.p2pSent++
+	x := c.sendTo(dst, kindP2P, c.p2pSent[dst], tag, buf)
+	c.p2pSent[dst]++
 	return c.run("send", []*xfer{x})
 }
 
@@ -46,9 +45,8 @@ func (c *Comm) Recv(buf []byte, src int, tag uint32) error {
 		return err
 	}
 	defer done()
-	p := c.peers[src]
-	x := c.recvFrom(src, kindP2P, p.p2pRecvd, tag, buf)
-	p.p2pRecvd++
+	x := c.recvFrom(src, kindP2P, c.p2pRecvd[src], tag, buf)
+	c.p2pRecvd[src]++
 	return c.run("recv", []*xfer{x})
 }
 
@@ -65,10 +63,9 @@ func (c *Comm) SendRecv(sbuf []byte, dst int, stag uint32, rbuf []byte, src int,
 	}
 	c.recvMu[src].Lock() // mu is held (shared) already
 	defer c.recvMu[src].Unlock()
-	ps, pr := c.peers[dst], c.peers[src]
-	xs := c.sendTo(dst, kindP2P, ps.p2pSent, stag, sbuf)
-	ps.p2pSent++
-	xr := c.recvFrom(src, kindP2P, pr.p2pRecvd, rtag, rbuf)
-	pr.p2pRecvd++
+	xs := c.sendTo(dst, kindP2P, c.p2pSent[dst], stag, sbuf)
+	c.p2pSent[dst]++
+	xr := c.recvFrom(src, kindP2P, c.p2pRecvd[src], rtag, rbuf)
+	c.p2pRecvd[src]++
 	return c.run("sendrecv", []*xfer{xs, xr})
 }

@@ -33,7 +33,8 @@ import (
 //     eventfd used by Close. Spin is 0 when ranks outnumber cores, so
 //     oversubscribed jobs stay fair.
 type xfer struct {
-	p      *peer
+	rank   int   // the peer's rank
+	p      *peer // its connection; nil until a lazy communicator has it
 	send   bool
 	h      header
 	hb     [hdrLen]byte // encoded header (send) or received bytes (recv)
@@ -60,7 +61,7 @@ func (x *xfer) finished() int {
 // ready reports whether x may move now: it heads its stream and its
 // dependency is complete.
 func (x *xfer) ready() bool {
-	return (x.prev == nil || x.prev.done) && (x.after == nil || x.after.done)
+	return x.p != nil && (x.prev == nil || x.prev.done) && (x.after == nil || x.after.done)
 }
 
 // reducer receives into a small ring of scratch memory and folds complete
@@ -104,14 +105,37 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 		return nil
 	}
 	type stream struct {
-		p    *peer
+		rank int
 		send bool
 	}
 	last := make(map[stream]*xfer, 2*c.size)
 	for _, x := range xs {
-		k := stream{x.p, x.send}
+		k := stream{x.rank, x.send}
 		x.prev = last[k]
 		last[k] = x
+	}
+	// A lazy communicator: dial the lower ranks not connected yet, and
+	// wait (below, like for any peer that has not started) for the higher
+	// ones to dial.
+	unconnected := 0
+	connFd := -1
+	if c.lazy {
+		var err error
+		if unconnected, err = c.connectFor(xs); err != nil {
+			if c.closed.Load() {
+				return fmt.Errorf("hvd: tcp: %s: %w", opName, backends.ErrClosed)
+			}
+			return c.fail(opName, nil, err)
+		}
+		if unconnected > 0 {
+			fd, unwatch, err := c.watch()
+			if err != nil {
+				return err
+			}
+			defer unwatch()
+			connFd = fd
+			unconnected = c.fillPeers(xs) // what arrived before the watch
+		}
 	}
 	remaining := len(xs)
 	lastMove := time.Now()
@@ -119,6 +143,12 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 	var pfds []unix.PollFd
 	var pxs []*xfer
 	for remaining > 0 {
+		if unconnected > 0 {
+			var b [8]byte
+			if n, _ := unix.Read(connFd, b[:]); n > 0 {
+				unconnected = c.fillPeers(xs)
+			}
+		}
 		moved := false
 		for _, x := range xs {
 			if x.done || !x.ready() {
@@ -148,15 +178,24 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 			continue
 		}
 		if c.opTimeout > 0 && idle > c.opTimeout {
+			if r := notConnected(xs); r >= 0 && c.waitingOn(xs) == nil {
+				return c.fail(opName, &peer{rank: r, fd: -1}, fmt.Errorf("no progress for %v: it has not connected to this rank (connections past HVD_TCP_FULL_MESH_MAX members are made on first use): is it running this operation?", idle.Round(time.Second)))
+			}
 			return c.fail(opName, c.waitingOn(xs), fmt.Errorf("no progress for %v: the peer sends nothing although its connection is open (stopped, swapped out or stuck?), or the network to it is cut", idle.Round(time.Second)))
 		}
 		if p := c.waitingOn(xs); p != nil {
 			watch(opName, p.rank)
+		} else if r := notConnected(xs); r >= 0 {
+			watch(opName, r)
 		}
 		// Block until a descriptor can move.
 		pfds, pxs = pfds[:0], pxs[:0]
 		pfds = append(pfds, unix.PollFd{Fd: int32(c.wakeFd), Events: unix.POLLIN})
 		pxs = append(pxs, nil)
+		if unconnected > 0 {
+			pfds = append(pfds, unix.PollFd{Fd: int32(connFd), Events: unix.POLLIN})
+			pxs = append(pxs, nil)
+		}
 		for _, x := range xs {
 			if x.done || !x.ready() {
 				continue

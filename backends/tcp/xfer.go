@@ -4,14 +4,23 @@ import "github.com/hvdorg/hvd/backends"
 
 // Constructors for transfers; see progress.go.
 
+// meshPeer is the connection to r of a full mesh; nil for a lazy
+// communicator, whose run looks its connections up (connectFor).
+func (c *Comm) meshPeer(r int) *peer {
+	if c.lazy {
+		return nil
+	}
+	return c.peers[r]
+}
+
 func (c *Comm) sendTo(peer int, kind msgKind, seq uint64, tag uint32, data []byte) *xfer {
-	x := &xfer{p: c.peers[peer], send: true, data: data, h: header{kind: kind, tag: tag, seq: seq, len: uint64(len(data))}}
+	x := &xfer{rank: peer, p: c.meshPeer(peer), send: true, data: data, h: header{kind: kind, tag: tag, seq: seq, len: uint64(len(data))}}
 	x.h.encode(&x.hb)
 	return x
 }
 
 func (c *Comm) recvFrom(peer int, kind msgKind, seq uint64, tag uint32, data []byte) *xfer {
-	return &xfer{p: c.peers[peer], data: data, h: header{kind: kind, tag: tag, seq: seq, len: uint64(len(data))}}
+	return &xfer{rank: peer, p: c.meshPeer(peer), data: data, h: header{kind: kind, tag: tag, seq: seq, len: uint64(len(data))}}
 }
 
 // recvReduce receives len(dst) bytes from peer and reduces them into dst as
@@ -20,7 +29,7 @@ func (c *Comm) recvReduce(peer int, kind msgKind, seq uint64, tag uint32, dst []
 	ring := c.getRing(0)
 	es := dt.Size()
 	ring = ring[:len(ring)-len(ring)%es]
-	return &xfer{p: c.peers[peer], h: header{kind: kind, tag: tag, seq: seq, len: uint64(len(dst))},
+	return &xfer{rank: peer, p: c.meshPeer(peer), h: header{kind: kind, tag: tag, seq: seq, len: uint64(len(dst))},
 		red: &reducer{dst: dst, ring: ring, es: es, dt: dt, op: op}}
 }
 
