@@ -15,79 +15,46 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
-	"github.com/hvdorg/hvd/internal/elasticproto"
+	"github.com/hvdorg/hvd/sdk/elastic"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
-	"golang.org/x/sys/unix"
 )
 
-// Elastic workers (docs/elastic.md). A Worker is one process of an elastic
-// job across the worlds it joins: hvdrun's driver publishes every world's
-// assignment under the store's plain scope "elastic"; Worker.Init joins the
-// next world with the identity assigned there, at that world's rendezvous
-// epoch, and re-registers the process sets (setspecs.go). Nothing of an old
-// World survives its Close: its pending ops fail with ErrShutdown.
+// Elastic workers (docs/elastic.md). The protocol with hvdrun's driver
+// (assignments, epochs, failure reports, host updates) is package
+// sdk/elastic's; this file is the public API over it: a Worker starts each
+// world it joins with Start, re-registers the process sets (setspecs.go)
+// and runs Horovod's hvd.elastic.run (Run, State). Nothing of an old World
+// survives its Close: its pending ops fail with ErrShutdown.
 
 // DefaultElasticTimeout bounds the wait for an assignment and for the peers
 // of a new world (HOROVOD_ELASTIC_TIMEOUT, Horovod's default 600 s).
-const DefaultElasticTimeout = 600 * time.Second
+const DefaultElasticTimeout = elastic.DefaultTimeout
 
 // ElasticScope is the store scope the driver writes (never epoch-mapped).
-const ElasticScope = elasticproto.Scope
+const ElasticScope = elastic.Scope
 
 // AssignGrace is how much longer than HOROVOD_ELASTIC_TIMEOUT a worker
-// waits for the next world's assignment. The driver waits up to the same
-// timeout (--elastic-timeout) for enough slots and then ends the job with a
-// message naming the hosts; the worker's wait is only a backstop for a
-// driver that is gone, so it must not end first and turn that verdict into
-// "every worker failed".
-const AssignGrace = 10 * time.Second
-
-// epochPoll is how often a worker that joins a world checks whether the
-// driver has moved on to a newer one (step 5 of docs/elastic.md).
-const epochPoll = 100 * time.Millisecond
+// waits for the next world's assignment (elastic.AssignGrace).
+const AssignGrace = elastic.AssignGrace
 
 // ElasticStore reads the driver's keys (scope "elastic"). The job's HTTP
 // store is used through rendezvous.Client; tests pass their own.
-type ElasticStore interface {
-	// Get waits until key exists and returns its value, bounded by ctx.
-	Get(ctx context.Context, key string) ([]byte, error)
-	// TryGet returns key's value, or ok false when it does not exist yet.
-	TryGet(ctx context.Context, key string) (value []byte, ok bool, err error)
-}
-
-type clientElasticStore struct{ c *rendezvous.Client }
-
-func (s clientElasticStore) Get(ctx context.Context, key string) ([]byte, error) {
-	return s.c.Get(ctx, ElasticScope, key)
-}
-
-func (s clientElasticStore) TryGet(ctx context.Context, key string) ([]byte, bool, error) {
-	return s.c.TryGet(ctx, ElasticScope, key)
-}
-
-func (s clientElasticStore) Put(ctx context.Context, key string, value []byte) error {
-	return s.c.Put(ctx, ElasticScope, key, value)
-}
+type ElasticStore = elastic.Store
 
 // FailureReporter is an ElasticStore a worker can write its failure
 // reports to (the job's store is one; a test's ElasticStore may be).
-type FailureReporter interface {
-	Put(ctx context.Context, key string, value []byte) error
-}
+type FailureReporter = elastic.FailureReporter
 
 // FailedKey is the key (scope "elastic") of the failure report that worker
 // reporter writes about the world of epoch N (docs/elastic.md): its value
 // is the worker id of the peer whose failure broke that world.
-func FailedKey(epoch int, reporter string) string { return elasticproto.FailedKey(epoch, reporter) }
-
-// reportTimeout bounds the write of a failure report.
-const reportTimeout = 2 * time.Second
+func FailedKey(epoch int, reporter string) string { return elastic.FailedKey(epoch, reporter) }
 
 // Assignment and WorkerAssignment are the protocol's JSON values, defined
 // once in internal/elasticproto.
 type (
-	Assignment       = elasticproto.Assignment
-	WorkerAssignment = elasticproto.WorkerAssignment
+	Assignment       = elastic.Assignment
+	WorkerAssignment = elastic.WorkerAssignment
 )
 
 // HostsUpdatedError is Horovod's HostsUpdatedInterrupt: the driver changed
@@ -131,43 +98,12 @@ func IsElastic(getenv func(string) (string, bool)) bool {
 // hvd.elastic.run. Its methods may be called from any goroutine, one at a
 // time (Run, Init and Shutdown are not meant to race each other).
 type Worker struct {
+	core *elastic.Worker // the protocol with the driver (sdk/elastic)
+	cfg  Config
+	reg  *setRegistry // the process sets, kept across worlds
+
 	mu      sync.Mutex
-	cfg     Config
-	id      string
-	base    rendezvous.Identity
-	store   ElasticStore
-	client  *rendezvous.Client
-	timeout time.Duration
-	grace   time.Duration // AssignGrace; tests shorten it
-	logf    func(format string, args ...any)
-
-	epoch   int // epoch of the newest world joined; -1 before the first
-	assign  Assignment
-	world   *World
-	reg     *setRegistry
-	lastSeq int64 // newest hosts_updated seq acted on (Horovod's last timestamp)
-	// watched are the process sets of the current world as it started
-	// (their engines outlive the world's Close, which forgets its sets):
-	// the next Init reads why they stopped (reportFailure).
-	watched  []*ProcessSet
-	reported int   // newest epoch whose failure was considered; -1 none
-	failErr  error // the internal error Run reset after, for reportFailure
-	resetCb  []func()
-	trace    bool // HVD_ELASTIC_TRACE: log the phases of a (re-)initialisation
-}
-
-// tracef logs one phase of a (re-)initialisation with CLOCK_MONOTONIC's
-// time, the clock Python's time.monotonic() reads, so that bench/elastic
-// can line it up with its own and the training script's timestamps. Only
-// with HVD_ELASTIC_TRACE=1 (a debugging aid, not an interface).
-func (k *Worker) tracef(event string, epoch int) {
-	if !k.trace {
-		return
-	}
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
-		fmt.Fprintf(os.Stderr, "hvd: elastic trace: %s epoch=%d t=%d.%09d\n", event, epoch, ts.Sec, ts.Nsec)
-	}
+	resetCb []func()
 }
 
 // NewWorker reads the elastic environment (through cfg.Getenv):
@@ -176,255 +112,60 @@ func (k *Worker) tracef(event string, epoch int) {
 // (the first world). It contacts nothing; Init joins a world. cfg's process
 // sets and dynamic mode hold for every world the worker joins.
 func NewWorker(cfg Config) (*Worker, error) {
-	getenv := cfg.Getenv
-	if getenv == nil {
-		getenv = os.LookupEnv
-	}
-	wid, _ := getenv(elasticproto.EnvWorkerID)
-	if wid = strings.TrimSpace(wid); wid == "" {
-		return nil, fmt.Errorf("%w: HOROVOD_ELASTIC is set but HVD_ELASTIC_WORKER_ID is not: elastic workers are started by hvdrun's elastic driver (hvdrun --min-np/--host-discovery-script)", ErrInvalidArgument)
-	}
-	timeout := DefaultElasticTimeout
-	if v, ok := getenv("HOROVOD_ELASTIC_TIMEOUT"); ok && strings.TrimSpace(v) != "" {
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || f <= 0 {
-			return nil, fmt.Errorf("%w: HOROVOD_ELASTIC_TIMEOUT=%q is not a positive number of seconds", ErrInvalidArgument, v)
-		}
-		timeout = time.Duration(f * float64(time.Second))
-	}
-	base, err := rendezvous.DetectIdentity(getenv)
+	k := &Worker{cfg: cfg, reg: newSetRegistry(cfg.ProcessSets, cfg.SetSpecs)}
+	core, err := elastic.New(elastic.Config{Getenv: cfg.Getenv, Store: cfg.ElasticStore, Logf: cfg.Logf, Join: k.join})
 	if err != nil {
 		return nil, err
 	}
-	if base.Timeout <= 0 {
-		base.Timeout = 30 * time.Second
-	}
-	k := &Worker{cfg: cfg, id: wid, base: base, timeout: timeout, grace: AssignGrace, epoch: -1, reported: -1, store: cfg.ElasticStore,
-		reg: newSetRegistry(cfg.ProcessSets, cfg.SetSpecs)}
-	if v, _ := getenv("HVD_ELASTIC_TRACE"); strings.TrimSpace(v) == "1" {
-		k.trace = true
-	}
-	k.logf = cfg.Logf
-	if k.logf == nil {
-		// No "[<worker id>] " of its own: hvdrun's elastic driver, which
-		// starts every elastic worker, prefixes each output line with it.
-		k.logf = func(format string, args ...any) {
-			fmt.Fprintf(os.Stderr, format+"\n", args...)
-		}
-	}
-	if k.store == nil {
-		if base.StoreAddr == "" {
-			return nil, fmt.Errorf("%w: elastic worker %s has no rendezvous store address (HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT)", ErrInvalidArgument, wid)
-		}
-		// Epoch 0: the "elastic" scope is never epoch-mapped.
-		k.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: base.StoreAddr, Secret: base.Secret, Timeout: timeout + k.grace})
-		k.store = clientElasticStore{k.client}
-	}
+	k.core = core
 	return k, nil
 }
 
-// ID is the worker id (<host>:<slot>).
-func (k *Worker) ID() string { return k.id }
-
-// Epoch is the epoch of the current (or last) world; -1 before the first.
-func (k *Worker) Epoch() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.epoch
-}
-
-// World is the current world, nil between a Shutdown and the next Init.
-func (k *Worker) World() *World {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.world == nil || k.world.closed.Load() {
-		return nil
-	}
-	return k.world
-}
-
-// Init joins the next world (docs/elastic.md, "A worker's
-// (re-)initialisation") and returns it; while a world is open it returns
-// that one. It fails with ErrRemoved when the driver removed this worker,
-// and when no assignment or peers come within HOROVOD_ELASTIC_TIMEOUT.
-func (k *Worker) Init(ctx context.Context) (*World, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.world != nil && !k.world.closed.Load() {
-		return k.world, nil
-	}
-	k.world = nil
-	target := k.base.Epoch
-	// After a failure, the live workers of the failed world join the next
-	// one at once (their collectives failed too): one that does not is
-	// reported (reportAbsent). New workers may take long to start, and
-	// after a host update the old workers come at their next commit.
-	var expected map[string]WorkerAssignment
-	if k.epoch >= 0 {
-		if k.reportFailure(ctx) {
-			expected = k.assign.Workers
-		}
-		target = k.epoch + 1
-		cur, ok, err := k.readEpoch(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("hvd: elastic worker %s: reading the newest epoch: %w", k.id, err)
-		}
-		if ok && cur > target {
-			target = cur
-		}
-	}
-	k.tracef("init", target)
-	for {
-		a, err := k.waitAssign(ctx, target)
-		if err != nil {
-			return nil, err
-		}
-		k.tracef("assigned", target)
-		me, ok := a.Workers[k.id]
-		if !ok || slices.Contains(a.Removed, k.id) {
-			k.epoch = target
-			return nil, fmt.Errorf("%w: worker %s is not part of the world of epoch %d (%d ranks); it should exit", ErrRemoved, k.id, target, a.Size)
-		}
-		w, err := k.start(ctx, target, a, me, expected)
-		if err == nil {
-			k.tracef("world", target)
-			k.epoch, k.assign, k.world = target, a, w
-			w.mu.RLock()
-			k.watched = k.watched[:0]
-			for _, id := range w.order {
-				k.watched = append(k.watched, w.sets[id])
-			}
-			w.mu.RUnlock()
-			return w, nil
-		}
-		cur, ok, rerr := k.readEpoch(ctx)
-		if rerr == nil && ok && cur > target {
-			k.logf("hvd: elastic: joining the world of epoch %d failed (%s); the driver has moved on to epoch %d", target, unprefixed(err), cur)
-			target = cur
-			continue
-		}
-		hint := ""
-		if errors.Is(err, rendezvous.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-			hint = fmt.Sprintf(" (not every worker of the world joined within HOROVOD_ELASTIC_TIMEOUT, %v: the workers of the previous world join at their next commit, so they must call state.commit() or check_host_updates() regularly)", k.timeout)
-		}
-		return nil, fmt.Errorf("hvd: elastic worker %s: joining the world of epoch %d%s: %w", k.id, target, hint, err)
-	}
-}
-
-// start joins the world of epoch target; the join is abandoned as soon as
-// the driver publishes a newer epoch.
-func (k *Worker) start(ctx context.Context, target int, a Assignment, me WorkerAssignment, expected map[string]WorkerAssignment) (*World, error) {
-	id := k.base
-	id.Rank, id.Size = me.Rank, me.Size
-	id.LocalRank, id.LocalSize, id.CrossRank, id.CrossSize = me.LocalRank, me.LocalSize, me.CrossRank, me.CrossSize
-	if me.Hostname != "" {
-		id.Hostname = me.Hostname
-	}
-	id.Epoch = target
-	id.ServeStore = false // the driver serves the store
+// join starts the world the driver assigned (elastic.Join): Start with the
+// assigned identity and the worker's process sets.
+func (k *Worker) join(ctx context.Context, id rendezvous.Identity, timeout time.Duration) (elastic.World, error) {
 	cfg := k.cfg
 	cfg.Identity = &id
 	cfg.Generation = 0 // epochs keep worlds apart; new workers count no inits
-	cfg.specs, cfg.elastic, cfg.joinTimeout = k.reg, true, k.timeout
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop, done := make(chan struct{}), make(chan struct{})
-	began := time.Now()
-	go func() {
-		defer close(done)
-		t := time.NewTicker(epochPoll)
-		defer t.Stop()
-		absent := false // reported (or checked) the workers that did not join
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if cur, ok, err := k.readEpoch(sctx); err == nil && ok && cur > target {
-					cancel()
-					return
-				}
-				if !absent && expected != nil && time.Since(began) >= k.base.Timeout {
-					absent = true
-					k.reportAbsent(sctx, a, me.Rank, expected)
-				}
-			}
-		}
-	}()
-	w, err := Start(sctx, cfg)
-	close(stop)
-	cancel() // a store read in flight ends now (Start keeps nothing of ctx)
-	<-done
-	return w, err
+	cfg.specs, cfg.elastic, cfg.joinTimeout = k.reg, true, timeout
+	w, err := Start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return newElasticView(w), nil
 }
 
-// reportAbsent tells the driver about a worker of the world of epoch
-// target that has not joined it after HOROVOD_GLOO_TIMEOUT_SECONDS of this
-// worker waiting (docs/elastic.md, "Failures"): the first such rank's worker
-// id (its host key is missing from the world's store), among the expected
-// workers (those of the failed world this one left), goes to
-// elastic/failed.<target>.<this id>. A worker alive but stopped (SIGSTOP),
-// or cut off, never joins; without the report the survivors would wait
-// for it until HOROVOD_ELASTIC_TIMEOUT with nothing said. Runs on start's
-// poll goroutine (k.mu is held by Init: it touches only what does not
-// change during a join). Needs the job's store (k.client).
-func (k *Worker) reportAbsent(ctx context.Context, a Assignment, rank int, expected map[string]WorkerAssignment) {
-	target := a.Epoch
-	rep, ok := k.store.(FailureReporter)
-	if !ok || k.client == nil {
-		return
-	}
-	for r := range a.Size {
-		if r == rank {
-			continue
-		}
-		_, ok, err := k.client.TryGet(ctx, rendezvous.EpochScope(worldScope, target), rendezvous.TopologyKey(r))
-		if err != nil || ok {
-			continue
-		}
-		wid := ""
-		for id, m := range a.Workers {
-			if _, was := expected[id]; m.Rank == r && was {
-				wid = id
-			}
-		}
-		if wid == "" {
-			continue
-		}
-		rctx, cancel := context.WithTimeout(ctx, reportTimeout)
-		defer cancel()
-		key := FailedKey(target, k.id)
-		if err := rep.Put(rctx, key, []byte(wid)); err != nil {
-			k.logf("hvd: elastic: reporting worker %s, which has not joined the world of epoch %d: %v", wid, target, err)
-			return
-		}
-		k.logf("hvd: elastic: worker %s (rank %d of epoch %d) has not joined the world within HOROVOD_GLOO_TIMEOUT_SECONDS (%v); reported it to the driver (%s)",
-			wid, r, target, k.base.Timeout, ElasticScope+"/"+key)
-		return
-	}
+// elasticView is a World as the protocol sees it: sets are the process
+// sets as the world started (their engines outlive its Close, which
+// forgets its sets), for the next Init to read why they stopped.
+type elasticView struct {
+	w    *World
+	sets []*ProcessSet
 }
 
-// reportFailure tells the driver which peer broke the world this worker
-// leaves (docs/elastic.md, "Failures"): when a collective of that world
-// failed with an error naming a peer (a *backends.PeerError with its
-// global rank), it writes elastic/failed.<N>.<this id> = the peer's worker
-// id in that world's assignment. The driver stops a reported worker that
-// still runs (a host cut off from the network: its process lives on) and
-// publishes the next world instead of waiting for it. When the world failed
-// without naming anyone (or named this worker), the value is empty: the
-// report then only says that this worker is alive and resetting, so that
-// the driver neither waits for it nor believes another survivor that
-// blamed it. Best effort, once per world; k.mu is held. It returns whether
-// the world failed.
-func (k *Worker) reportFailure(ctx context.Context) bool {
-	if k.reported >= k.epoch {
-		return false
+func newElasticView(w *World) *elasticView {
+	v := &elasticView{w: w}
+	w.mu.RLock()
+	for _, id := range w.order {
+		v.sets = append(v.sets, w.sets[id])
 	}
-	k.reported = k.epoch
-	why := k.failErr
-	k.failErr = nil
-	culprit, _ := peerCulprit(why, nil)
-	for _, ps := range k.watched {
+	w.mu.RUnlock()
+	return v
+}
+
+func (v *elasticView) Rank() int                       { return v.w.Rank() }
+func (v *elasticView) Closed() bool                    { return v.w.closed.Load() }
+func (v *elasticView) Close() error                    { return v.w.Close() }
+func (v *elasticView) Logf(format string, args ...any) { v.w.logf(format, args...) }
+
+func (v *elasticView) Broadcast(msg []int64, name string) error {
+	_, err := wait(v.w.GlobalProcessSet().BroadcastAsync(TensorOf(msg), 0, name))
+	return err
+}
+
+func (v *elasticView) Failures() []elastic.SetFailure {
+	var out []elastic.SetFailure
+	for _, ps := range v.sets {
 		if ps == nil || ps.eng == nil {
 			continue
 		}
@@ -432,111 +173,46 @@ func (k *Worker) reportFailure(ctx context.Context) bool {
 		if err == nil || errors.Is(err, ErrShutdown) {
 			continue
 		}
-		if why == nil {
-			why = err
-		}
-		if culprit < 0 {
-			if g, ok := peerCulprit(err, ps.ranks); ok {
-				culprit, why = g, err
-			}
-		}
+		out = append(out, elastic.SetFailure{Err: err, Ranks: ps.ranks})
 	}
-	if why == nil {
-		return false // the world ended well (a host update, a removal)
-	}
-	wid := ""
-	for id, m := range k.assign.Workers {
-		if m.Rank == culprit && culprit >= 0 && id != k.id {
-			wid = id
-		}
-	}
-	rep, ok := k.store.(FailureReporter)
-	if !ok {
-		return true
-	}
-	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
-	defer cancel()
-	key := FailedKey(k.epoch, k.id)
-	if err := rep.Put(rctx, key, []byte(wid)); err != nil {
-		k.logf("hvd: elastic: reporting the failure of the world of epoch %d to the driver: %v", k.epoch, err)
-		return true
-	}
-	if wid != "" {
-		k.logf("hvd: elastic: reported worker %s (rank %d of epoch %d) as failed to the driver (%s): %s", wid, culprit, k.epoch, ElasticScope+"/"+key, unprefixed(why))
-	}
-	return true
+	return out
 }
 
-// peerCulprit returns the global rank of the peer err blames, when err is
-// a *backends.PeerError and that peer failed by itself: a peer that closed
-// its communicator or stopped on purpose after its own failure ("it
-// stopped: <its reason>", the tcp backend) is alive and resetting, so it is
-// not named. ranks maps set ranks to global ranks when the error does not
-// carry the global rank.
-func peerCulprit(err error, ranks []int) (int, bool) {
-	var pe *backends.PeerError
-	if err == nil || !errors.As(err, &pe) {
-		return -1, false
-	}
-	if pe.Err != nil {
-		if msg := pe.Err.Error(); strings.HasPrefix(msg, "it stopped:") || strings.Contains(msg, "closed the communicator (shut down)") {
-			return -1, false
-		}
-	}
-	if pe.Global >= 0 {
-		return pe.Global, true
-	}
-	if pe.Peer >= 0 && pe.Peer < len(ranks) {
-		return ranks[pe.Peer], true
-	}
-	return -1, false
-}
-
-func (k *Worker) readEpoch(ctx context.Context) (int, bool, error) {
-	v, ok, err := k.store.TryGet(ctx, elasticproto.EpochKey)
-	if err != nil || !ok {
-		return 0, false, err
-	}
-	n, err := elasticproto.ParseEpoch(v)
-	if err != nil {
-		return 0, false, err
-	}
-	return n, true, nil
-}
-
-func (k *Worker) waitAssign(ctx context.Context, epoch int) (Assignment, error) {
-	key := elasticproto.AssignKey(epoch)
-	wctx, cancel := context.WithTimeout(ctx, k.timeout+k.grace)
-	defer cancel()
-	v, err := k.store.Get(wctx, key)
-	if err != nil {
-		return Assignment{}, fmt.Errorf("hvd: elastic worker %s: no assignment %s/%s within %v (HOROVOD_ELASTIC_TIMEOUT + %v): is hvdrun's elastic driver running? %w",
-			k.id, ElasticScope, key, k.timeout, k.grace, err)
-	}
-	return elasticproto.ParseAssignment(epoch, v)
-}
-
-// Shutdown closes the current world (its pending ops fail with
-// ErrShutdown); the next Init joins the next world.
-func (k *Worker) Shutdown() error {
-	k.mu.Lock()
-	w := k.world
-	k.world = nil
-	k.mu.Unlock()
-	if w != nil {
-		return w.Close()
+// worldOf is the *World behind an elastic.World (nil for nil).
+func worldOf(w elastic.World) *World {
+	if v, ok := w.(*elasticView); ok {
+		return v.w
 	}
 	return nil
 }
 
-// Close shuts the world down and drops the store connections.
-func (k *Worker) Close() error {
-	err := k.Shutdown()
-	if k.client != nil {
-		k.client.Close()
+// ID is the worker id (<host>:<slot>).
+func (k *Worker) ID() string { return k.core.ID() }
+
+// Epoch is the epoch of the current (or last) world; -1 before the first.
+func (k *Worker) Epoch() int { return k.core.Epoch() }
+
+// World is the current world, nil between a Shutdown and the next Init.
+func (k *Worker) World() *World { return worldOf(k.core.World()) }
+
+// Init joins the next world (docs/elastic.md, "A worker's
+// (re-)initialisation") and returns it; while a world is open it returns
+// that one. It fails with ErrRemoved when the driver removed this worker,
+// and when no assignment or peers come within HOROVOD_ELASTIC_TIMEOUT.
+func (k *Worker) Init(ctx context.Context) (*World, error) {
+	w, err := k.core.Init(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	return worldOf(w), nil
 }
+
+// Shutdown closes the current world (its pending ops fail with
+// ErrShutdown); the next Init joins the next world.
+func (k *Worker) Shutdown() error { return k.core.Shutdown() }
+
+// Close shuts the world down and drops the store connections.
+func (k *Worker) Close() error { return k.core.Close() }
 
 // RegisterResetCallbacks adds functions Run calls after every reset, once
 // the new world is up (Horovod's state.register_reset_callbacks).
@@ -549,14 +225,7 @@ func (k *Worker) RegisterResetCallbacks(fns ...func()) {
 // HostsUpdated reads elastic/hosts_updated: the driver's seq and flags (ok
 // false while it was never written).
 func (k *Worker) HostsUpdated(ctx context.Context) (seq int64, flags int, ok bool, err error) {
-	v, ok, err := k.store.TryGet(ctx, elasticproto.HostsUpdatedKey)
-	if err != nil || !ok {
-		return 0, 0, false, err
-	}
-	if seq, flags, err = elasticproto.ParseHostsUpdated(v); err != nil {
-		return 0, 0, false, err
-	}
-	return seq, flags, true, nil
+	return k.core.HostsUpdated(ctx)
 }
 
 // CheckHostUpdates is Horovod's state.check_host_updates(), a collective
@@ -566,37 +235,16 @@ func (k *Worker) HostsUpdated(ctx context.Context) (seq int64, flags int, ok boo
 // *HostsUpdatedError. An update already reflected by the current world
 // (the driver writes assign.<N> before hosts_updated) does not interrupt.
 func (k *Worker) CheckHostUpdates() error {
-	w := k.World()
+	w := k.core.World()
 	if w == nil {
 		return ErrNotInitialized
 	}
-	k.mu.Lock()
-	prev, epoch := k.lastSeq, k.epoch
-	k.mu.Unlock()
-	msg := []int64{prev, prev, 0}
-	if w.Rank() == 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), w.id.Timeout)
-		seq, flags, ok, err := k.HostsUpdated(ctx)
-		if err == nil && ok && seq > prev {
-			if cur, cok, cerr := k.readEpoch(ctx); cerr == nil && cok && cur > epoch {
-				msg = []int64{prev, seq, int64(flags)}
-			} else {
-				msg = []int64{seq, seq, 0} // reflected by this world already
-			}
-		} else if err != nil {
-			// Every rank waits for the broadcast: answer "no update".
-			w.logf("hvd: elastic: reading elastic/hosts_updated: %v", err)
-		}
-		cancel()
-	}
-	if _, err := wait(w.GlobalProcessSet().BroadcastAsync(TensorOf(msg), 0, "hvd.elastic.check_host_updates")); err != nil {
+	flags, updated, err := k.core.CheckHostUpdates(w)
+	if err != nil {
 		return err
 	}
-	k.mu.Lock()
-	k.lastSeq = max(k.lastSeq, msg[1])
-	k.mu.Unlock()
-	if msg[1] > msg[0] {
-		return &HostsUpdatedError{Flags: int(msg[2]), SkipSync: msg[2] == 1}
+	if updated {
+		return &HostsUpdatedError{Flags: flags, SkipSync: flags == 1}
 	}
 	return nil
 }
@@ -651,9 +299,7 @@ func (k *Worker) run(st State, fn func(w *World) error, join func() (*World, err
 		case errors.As(err, &hu):
 			skipSync = hu.SkipSync
 		case IsInternalError(err):
-			k.mu.Lock()
-			k.failErr = err
-			k.mu.Unlock()
+			k.core.Failed(err)
 			if rerr := st.Restore(); rerr != nil {
 				return fmt.Errorf("hvd: elastic: restoring the last commit after %s: %w", unprefixed(err), rerr)
 			}
@@ -661,7 +307,7 @@ func (k *Worker) run(st State, fn func(w *World) error, join func() (*World, err
 		default:
 			return err
 		}
-		k.logf("hvd: elastic: resetting after: %s", unprefixed(err))
+		k.core.Logf("hvd: elastic: resetting after: %s", unprefixed(err))
 		if err := leave(); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/elastic"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
@@ -470,14 +471,14 @@ func TestElasticBadSetup(t *testing.T) {
 	}
 	d := newFakeDriver(t)
 	k := d.worker("h:0", 0, Config{})
-	k.timeout, k.grace = 300*time.Millisecond, 0
+	k.core.SetTimeouts(300*time.Millisecond, -1, 0)
 	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "assign.0") || !strings.Contains(err.Error(), "HOROVOD_ELASTIC_TIMEOUT") {
 		t.Errorf("no assignment: %v", err)
 	}
 	// A world whose other worker never joins, and no newer world: the
 	// error says what the others must do.
 	k = d.worker("h:1", 0, Config{})
-	k.timeout, k.base.Timeout = 300*time.Millisecond, 300*time.Millisecond
+	k.core.SetTimeouts(300*time.Millisecond, 300*time.Millisecond, -1)
 	d.publish(0, []string{"h:1", "h:never"}, nil)
 	start := time.Now()
 	if _, err := k.Init(context.Background()); err == nil || !strings.Contains(err.Error(), "state.commit()") || time.Since(start) > 5*time.Second {
@@ -492,7 +493,7 @@ func TestElasticBadSetup(t *testing.T) {
 func TestElasticAssignWaitOutlastsTimeout(t *testing.T) {
 	d := newFakeDriver(t)
 	k := d.worker("h:0", 0, Config{})
-	k.timeout, k.grace = 200*time.Millisecond, 5*time.Second
+	k.core.SetTimeouts(200*time.Millisecond, -1, 5*time.Second)
 	published := make(chan struct{})
 	go func() {
 		// No t.Fatal here: publish may run after a failed Init ended the
@@ -710,6 +711,10 @@ func TestElasticReportsFailedPeer(t *testing.T) {
 		t.Errorf("a report about the world of epoch 1, which ended well")
 	}
 }
+
+// peerCulprit is the protocol's rule (sdk/elastic), tested here on the
+// sdk's errors.
+var peerCulprit = elastic.PeerCulprit
 
 func TestPeerCulprit(t *testing.T) {
 	for _, c := range []struct {

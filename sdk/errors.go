@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/sdk/elastic"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
 
@@ -43,7 +44,7 @@ var (
 	ErrStalled = engine.ErrStalled
 	// ErrRemoved: the elastic driver removed this worker from the job
 	// (docs/elastic.md); the worker should exit 0.
-	ErrRemoved = errors.New("hvd: this worker has been removed from the elastic job")
+	ErrRemoved = elastic.ErrRemoved
 	// ErrHostsUpdated: hosts were added or removed (elastic); returned as a
 	// *HostsUpdatedError by CheckHostUpdates and Commit.
 	ErrHostsUpdated = errors.New("hvd: hosts updated")

@@ -247,7 +247,7 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 
 // worldScope is the store scope of a world's keys (epoch-mapped by the
 // client): topology, communicator addresses, failure reasons.
-const worldScope = "hvd"
+const worldScope = rendezvous.WorldScope
 
 // connectStore sets up the rendezvous store: the one given in Config, an
 // in-memory one for a single process, or the HTTP store (served by this

@@ -94,6 +94,11 @@ func ComputeTopology(ctx context.Context, st backends.Store, rank, size int, hos
 	return TopologyFromHosts(keys, rank), nil
 }
 
+// WorldScope is the store scope of a world's keys (epoch-mapped by the
+// client): topology, communicator addresses, failure reasons. The sdk
+// writes them; an elastic worker waiting for a peer reads TopologyKey there.
+const WorldScope = "hvd"
+
 // TopologyKey is the key under which rank publishes its host key: the first
 // thing every rank of a round writes (an elastic worker that waits for a
 // peer reads it to tell who has not joined).
