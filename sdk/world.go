@@ -15,11 +15,8 @@ package sdk
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"net"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +25,7 @@ import (
 	"github.com/hvdorg/hvd/sdk/internal/cpubind"
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 	"github.com/hvdorg/hvd/sdk/internal/timeline"
+	"github.com/hvdorg/hvd/sdk/internal/wiring"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
@@ -85,12 +83,10 @@ type World struct {
 	server *rendezvous.Server
 	client *rendezvous.Client
 	cfg    Config
-	listen string
 	spin   time.Duration
 
-	backend           string // auto or a registered backend's name (backend.go)
-	mpiLaunch         bool   // an MPI launcher started the job (rendezvous.MPILaunched)
-	shmFallbackLogged atomic.Bool
+	backend string          // auto or a registered backend's name (backend.go)
+	wire    *wiring.Builder // connects the sets' communicators (sdk/internal/wiring)
 
 	knobs    knobs
 	timeline atomic.Pointer[timeline.Timeline] // global rank 0 only
@@ -117,6 +113,11 @@ type World struct {
 // It fails within HOROVOD_GLOO_TIMEOUT_SECONDS (default 30 s) if peers do
 // not show up.
 func Start(ctx context.Context, cfg Config) (*World, error) {
+	return start(ctx, cfg, wiring.BuildMPI())
+}
+
+// start is Start with this build's MPI (wiring.BuildMPI) passed in.
+func start(ctx context.Context, cfg Config, mpi wiring.MPI) (*World, error) {
 	getenv := cfg.Getenv
 	if getenv == nil {
 		getenv = os.LookupEnv
@@ -159,7 +160,6 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	}
 	w := &World{id: id, cfg: cfg, sets: map[int]*ProcessSet{}, backend: k.backend, knobs: k,
 		spin: k.spin, dynamic: cfg.Dynamic || k.dynamic, reg: reg}
-	w.mpiLaunch = rendezvous.MPILaunched(getenv)
 	w.logf = cfg.Logf
 	if w.logf == nil {
 		w.logf = func(format string, args ...any) {
@@ -184,15 +184,18 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 			w.shutdownAll()
 		}
 	}()
-	if w.backend == "mpi" && mpiReady != nil {
-		if err := mpiReady(); err != nil {
+	if w.backend == "mpi" && mpi.Ready != nil {
+		if err := mpi.Ready(); err != nil {
 			return nil, err
 		}
 	}
-	if err := w.connectStore(); err != nil {
+	st, err := wiring.ConnectStore(wiring.StoreConfig{ID: &w.id, Given: cfg.Store, Generation: cfg.Generation,
+		Timeout: w.joinTimeout(), Backend: w.backend, MPI: mpi})
+	w.store, w.server, w.client = st.Store, st.Server, st.Client
+	if err != nil {
 		return nil, err
 	}
-	w.listen, err = w.listenHost()
+	listen, err := wiring.ListenHost(w.id)
 	if err != nil {
 		return nil, err
 	}
@@ -213,12 +216,15 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 		}
 	}
 	w.id.CrossRank, w.id.CrossSize = w.topo.CrossRank, w.topo.CrossSize
+	w.wire = &wiring.Builder{ID: w.id, Topo: w.topo, Store: w.store, Listen: listen, Spin: w.spin,
+		Backend: w.backend, MPILaunch: rendezvous.MPILaunched(getenv), Settings: k.backendSettings(),
+		OpTimeout: k.opTimeout, Logf: w.logf, Activity: w.activity}
 
 	all := make([]int, id.Size)
 	for i := range all {
 		all[i] = i
 	}
-	global, err := w.newComm(sctx, "ps", 0, 0, all)
+	global, err := w.wire.NewComm(sctx, "ps", 0, 0, all)
 	if err != nil {
 		return nil, err
 	}
@@ -245,122 +251,10 @@ func Start(ctx context.Context, cfg Config) (*World, error) {
 	return w, nil
 }
 
-// worldScope is the store scope of a world's keys (epoch-mapped by the
-// client): topology, communicator addresses, failure reasons.
-const worldScope = rendezvous.WorldScope
-
-// connectStore sets up the rendezvous store: the one given in Config, an
-// in-memory one for a single process, or the HTTP store (served by this
-// process when it is torch-style rank 0).
-func (w *World) connectStore() error {
-	if w.id.Bootstrap == rendezvous.BootstrapMPI && w.id.StoreAddr == "" && w.cfg.Store == nil {
-		if err := w.bootstrapMPI(); err != nil { // mpiboot.go
-			return err
-		}
-	}
-	id := w.id
-	switch {
-	case w.cfg.Store != nil:
-		w.store = prefixedStore{w.cfg.Store, fmt.Sprintf("e%d.g%d/", id.Epoch, w.cfg.Generation)}
-		return nil
-	case id.StoreAddr == "" && id.Size == 1:
-		w.store = backends.NewMemStore()
-		return nil
-	case id.AgentStore:
-		return fmt.Errorf("%w: MASTER_ADDR:MASTER_PORT (%s) is torchrun's agent store, a c10d TCPStore, which hvd cannot use: start with hvdrun, or run torchrun with TORCHELASTIC_USE_AGENT_STORE=False so that rank 0 serves hvd's store", ErrInvalidArgument, id.StoreAddr)
-	case id.StoreAddr == "":
-		return fmt.Errorf("%w: %d ranks but no rendezvous store address (set HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT or MASTER_ADDR/MASTER_PORT, or start with hvdrun)", ErrInvalidArgument, id.Size)
-	}
-	if id.ServeStore {
-		_, port, err := net.SplitHostPort(id.StoreAddr)
-		if err != nil {
-			return fmt.Errorf("%w: store address %q: %v", ErrInvalidArgument, id.StoreAddr, err)
-		}
-		srv, err := rendezvous.NewServer(rendezvous.ServerConfig{Addr: net.JoinHostPort(storeBindHost(id.StoreAddr), port), Secret: id.Secret})
-		if err != nil {
-			return fmt.Errorf("hvd: rank 0 could not serve the rendezvous store on port %s: %w", port, err)
-		}
-		w.server = srv
-	}
-	if id.StoreByRank0 && !id.ServeStore {
-		if err := waitForStore(id.StoreAddr, w.joinTimeout()); err != nil {
-			return err
-		}
-	}
-	w.client = rendezvous.NewClient(rendezvous.ClientConfig{Addr: id.StoreAddr, Secret: id.Secret, Epoch: id.Epoch, Timeout: w.joinTimeout()})
-	scope := worldScope
-	// An MPI bootstrap's store is new for every Init (and the members of a
-	// sub-communicator world may have made different numbers of Inits).
-	if w.cfg.Generation > 0 && id.Bootstrap != rendezvous.BootstrapMPI {
-		scope += ".g" + strconv.Itoa(w.cfg.Generation)
-	}
-	w.store = w.client.Store(scope)
-	return nil
-}
-
-// waitForStore waits until addr accepts TCP connections, for up to timeout:
-// where rank 0 serves the store (torch-style launches), the other ranks may
-// start first, and on a loaded machine rank 0 may take seconds to import
-// its framework before it listens. The request retries that follow assume
-// a running store.
-func waitForStore(addr string, timeout time.Duration) error {
-	start := time.Now()
-	delay := 50 * time.Millisecond
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Since(start)+delay > timeout {
-			return fmt.Errorf("%w: rank 0's rendezvous store at %s did not accept connections within %v (last error: %v): is rank 0 running, and are MASTER_ADDR/MASTER_PORT the same for every rank? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if rank 0 starts slowly)",
-				rendezvous.ErrUnavailable, addr, timeout, err)
-		}
-		time.Sleep(delay)
-		delay = min(2*delay, time.Second)
-	}
-}
-
-// listenHost picks the address this rank's communicators listen on:
-// HOROVOD_GLOO_IFACE's IPv4 when set; 127.0.0.1 when the store is on
-// loopback (single-host job); else the local address the kernel uses to
-// reach the store (so it is reachable from the other hosts).
-func (w *World) listenHost() (string, error) {
-	if w.id.Iface != "" {
-		ifc, err := net.InterfaceByName(w.id.Iface)
-		if err != nil {
-			return "", fmt.Errorf("%w: HOROVOD_GLOO_IFACE=%s: %v", ErrInvalidArgument, w.id.Iface, err)
-		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-				return ipn.IP.String(), nil
-			}
-		}
-		return "", fmt.Errorf("%w: HOROVOD_GLOO_IFACE=%s has no IPv4 address", ErrInvalidArgument, w.id.Iface)
-	}
-	if w.id.StoreAddr == "" {
-		return "127.0.0.1", nil
-	}
-	host, port, err := net.SplitHostPort(w.id.StoreAddr)
-	if err != nil {
-		return "", fmt.Errorf("%w: store address %q: %v", ErrInvalidArgument, w.id.StoreAddr, err)
-	}
-	if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || host == "localhost" {
-		return "127.0.0.1", nil
-	}
-	c, err := net.Dial("udp", net.JoinHostPort(host, port)) // no packet is sent
-	if err != nil {
-		return "", fmt.Errorf("hvd: cannot find a local address towards the store %s: %w", w.id.StoreAddr, err)
-	}
-	defer c.Close()
-	return c.LocalAddr().(*net.UDPAddr).IP.String(), nil
-}
-
 // setComms are a member's two meshes for one set: one the engine owns
 // (its control and data planes), one for send/recv and direct use.
 type setComms struct {
-	eng mesh
+	eng wiring.Mesh
 	p2p backends.Communicator
 }
 
@@ -375,17 +269,17 @@ func (sc setComms) close() {
 // set's was built before process-set verification). gen tells apart two
 // builds of the same id and ranks (a dynamic set removed and added again):
 // their store keys must not meet.
-func (w *World) connectSet(ctx context.Context, id int, gen int64, ranks []int, eng *mesh) (setComms, error) {
+func (w *World) connectSet(ctx context.Context, id int, gen int64, ranks []int, eng *wiring.Mesh) (setComms, error) {
 	var sc setComms
 	var err error
 	if eng != nil {
 		sc.eng = *eng
 	} else {
-		if sc.eng, err = w.newComm(ctx, "ps", id, gen, ranks); err != nil {
+		if sc.eng, err = w.wire.NewComm(ctx, "ps", id, gen, ranks); err != nil {
 			return sc, err
 		}
 	}
-	p2p, err := w.newComm(ctx, "p2p", id, gen, ranks)
+	p2p, err := w.wire.NewComm(ctx, "p2p", id, gen, ranks)
 	if err != nil {
 		sc.close()
 		return setComms{}, err
@@ -449,7 +343,7 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 		ps.eng, err = engine.New(engine.Config{
 			Data: sc.eng.Data, Control: sc.eng.Control, SetID: id, GlobalRanks: ranks, FusionThreshold: w.knobs.fusion,
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
-			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.backend.Label, CacheCapacity: w.knobs.cache,
+			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.Backend.Label, CacheCapacity: w.knobs.cache,
 			CycleTime: w.knobs.cycle, Heartbeat: heartbeat, Params: params, Tuner: tuner,
 			Spin: w.engineSpin(), Meter: w.newMeter(),
 		})
@@ -586,31 +480,6 @@ func (w *World) FindProcessSet(ranks []int) (*ProcessSet, error) {
 	return nil, fmt.Errorf("%w: no process set has ranks %v", ErrUnknownSet, ranks)
 }
 
-// prefixedStore namespaces a shared store by epoch.
-type prefixedStore struct {
-	st     backends.Store
-	prefix string
-}
-
-func (p prefixedStore) Set(ctx context.Context, k string, v []byte) error {
-	return p.st.Set(ctx, p.prefix+k, v)
-}
-func (p prefixedStore) Get(ctx context.Context, k string) ([]byte, error) {
-	return p.st.Get(ctx, p.prefix+k)
-}
-func (p prefixedStore) TryGet(ctx context.Context, k string) ([]byte, bool, error) {
-	return backends.TryGet(ctx, p.st, p.prefix+k)
-}
-
-// setHash names a rank list compactly in store keys and handshakes.
-func setHash(ranks []int) string {
-	h := fnv.New64a()
-	for _, r := range ranks {
-		fmt.Fprintf(h, "%d,", r)
-	}
-	return strconv.FormatUint(h.Sum64(), 16)
-}
-
 // Join tells the global process set that this rank has no more work (for
 // example, it ran out of data). Until every rank has joined, the other
 // ranks' allreduces complete with this rank contributing zeros (Average
@@ -638,6 +507,18 @@ func (w *World) Join() (int, error) {
 	}
 	ps.counter.Store(0)
 	return ps.ranks[h.ops[0].Handle().LastJoined], nil
+}
+
+// activity says what set's engine is doing ("" when unknown): the stall
+// notices of its communicators name it (wiring.Builder.Activity).
+func (w *World) activity(set int) string {
+	w.mu.RLock()
+	ps := w.sets[set]
+	w.mu.RUnlock()
+	if ps != nil && ps.eng != nil {
+		return ps.eng.Activity()
+	}
+	return ""
 }
 
 // engineSpin is the engine's busy-poll budget: HVD_SPIN_US when set, else
@@ -686,46 +567,6 @@ func (w *World) StopTimeline() error {
 		return old.Close()
 	}
 	return nil
-}
-
-// storeBindHost is where rank 0 serves the store of a torch-style launch
-// (MASTER_ADDR:MASTER_PORT): only where the workers dial when that can be
-// known — loopback for a loopback or localhost MASTER_ADDR, the address
-// itself when it is one of this host's — else every interface (a
-// Kubernetes service name or a NAT address is not a local interface; see
-// docs/security.md).
-func storeBindHost(storeAddr string) string {
-	host, _, err := net.SplitHostPort(storeAddr)
-	if err != nil {
-		return "0.0.0.0"
-	}
-	ips := []net.IP{net.ParseIP(host)}
-	if ips[0] == nil {
-		ips = nil
-		if addrs, err := net.LookupIP(host); err == nil {
-			ips = addrs
-		}
-	}
-	if len(ips) == 0 {
-		return "0.0.0.0"
-	}
-	if ips[0].IsLoopback() {
-		if ip := net.ParseIP(host); ip != nil {
-			return ip.String() // 127.0.0.1, ::1: exactly what the workers dial
-		}
-		return "127.0.0.1"
-	}
-	local, _ := net.InterfaceAddrs()
-	for _, a := range local {
-		if ipn, ok := a.(*net.IPNet); ok {
-			for _, ip := range ips {
-				if ipn.IP.Equal(ip) && ip.To4() != nil {
-					return ip.String()
-				}
-			}
-		}
-	}
-	return "0.0.0.0"
 }
 
 // heartbeat is how often an engine whose ops wait for other ranks checks,

@@ -1,6 +1,6 @@
 //go:build mpi && cgo
 
-package sdk
+package wiring
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/backends/mpi"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
@@ -19,9 +20,10 @@ import (
 // (backends/builtin imports it): a choice of HVD_BACKEND and of auto for
 // sets that span hosts under mpirun.
 
-func init() {
-	mpiBootstrapper = bootstrapOverMPI
-	mpiReady = mpi.Init
+// BuildMPI is this build's MPI: the bootstrap through MPI_COMM_WORLD and
+// backends/mpi's initialization, thread level and finalization.
+func BuildMPI() MPI {
+	return MPI{Bootstrap: bootstrapOverMPI, Ready: mpi.Init, ThreadsSupported: mpi.ThreadsSupported, Finalize: mpi.Finalize}
 }
 
 // bootMsg is what MPI_COMM_WORLD rank 0 broadcasts: where its store
@@ -54,23 +56,23 @@ var goBoot struct {
 // not mpi, nothing else needs MPI (auto keeps shm there): MPI is finalized
 // at once if hvd initialized it, so that a Go program's exit (os.Exit runs
 // no C exit handlers) is not reported by mpirun as "exiting improperly".
-func bootstrapOverMPI(w *World) error {
+func bootstrapOverMPI(id *rendezvous.Identity, backend string) error {
 	goBoot.Lock()
 	defer goBoot.Unlock()
 	if goBoot.done {
-		w.id.StoreAddr, w.id.Secret, w.id.ServeStore, w.id.Bootstrap = goBoot.addr, goBoot.secret, false, ""
+		id.StoreAddr, id.Secret, id.ServeStore, id.Bootstrap = goBoot.addr, goBoot.secret, false, ""
 		return nil
 	}
 	me, n, err := mpi.WorldRank()
 	if err != nil {
 		return fmt.Errorf("hvd: MPI bootstrap: %w", err)
 	}
-	if me != w.id.Rank || n != w.id.Size {
+	if me != id.Rank || n != id.Size {
 		return fmt.Errorf("%w: MPI bootstrap: the launcher's variables say rank %d of %d, but MPI_COMM_WORLD says rank %d of %d",
-			ErrInvalidArgument, w.id.Rank, w.id.Size, me, n)
+			backends.ErrInvalidArgument, id.Rank, id.Size, me, n)
 	}
 	host := make([]byte, bootHostBytes)
-	copy(host, rendezvous.HostKey(w.id.Hostname)) // network namespaces that share a host name are hosts
+	copy(host, rendezvous.HostKey(id.Hostname)) // network namespaces that share a host name are hosts
 	hosts, err := mpi.AllgatherWorld(host)
 	if err != nil {
 		return fmt.Errorf("hvd: MPI bootstrap: %w", err)
@@ -83,7 +85,7 @@ func bootstrapOverMPI(w *World) error {
 	}
 	buf := make([]byte, 4096)
 	if me == 0 {
-		msg := w.serveForMPI(oneHost)
+		msg := serveForMPI(*id, oneHost)
 		b, _ := json.Marshal(msg)
 		if len(b) > len(buf) {
 			b, _ = json.Marshal(bootMsg{Err: "bootstrap message too long"})
@@ -102,9 +104,9 @@ func bootstrapOverMPI(w *World) error {
 	}
 	// From here on the store is an ordinary one (like hvdrun's): keys of
 	// successive Inits are kept apart by their generation.
-	w.id.StoreAddr, w.id.Secret, w.id.ServeStore, w.id.Bootstrap = msg.Addr, msg.Secret, false, ""
+	id.StoreAddr, id.Secret, id.ServeStore, id.Bootstrap = msg.Addr, msg.Secret, false, ""
 	goBoot.done, goBoot.addr, goBoot.secret = true, msg.Addr, msg.Secret
-	if oneHost && w.backend != "mpi" {
+	if oneHost && backend != "mpi" {
 		mpi.Finalize()
 	}
 	return nil
@@ -112,15 +114,15 @@ func bootstrapOverMPI(w *World) error {
 
 // serveForMPI starts rank 0's store (for the process's life: goBoot) and
 // says where it is.
-func (w *World) serveForMPI(oneHost bool) bootMsg {
+func serveForMPI(id rendezvous.Identity, oneHost bool) bootMsg {
 	ip := "127.0.0.1"
 	if !oneHost {
 		var err error
-		if ip, err = routableIPv4(w.id.Iface); err != nil {
+		if ip, err = routableIPv4(id.Iface); err != nil {
 			return bootMsg{Err: err.Error()}
 		}
 	}
-	secret := w.id.Secret
+	secret := id.Secret
 	if secret == nil {
 		secret = make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
@@ -159,12 +161,3 @@ func routableIPv4(iface string) (string, error) {
 	}
 	return "", fmt.Errorf("no non-loopback IPv4 address to serve the store on; set HOROVOD_GLOO_IFACE")
 }
-
-// MPIThreadsSupported reports whether MPI runs with MPI_THREAD_MULTIPLE
-// (false when MPI is not initialized).
-func MPIThreadsSupported() bool { return mpi.ThreadsSupported() }
-
-// FinalizeMPI ends MPI when hvd initialized it: a Go program calls it
-// before exiting (os.Exit skips C's exit handlers, and mpirun then reports
-// the rank as exiting improperly); Python's exit runs it on its own.
-func FinalizeMPI() { mpi.Finalize() }
