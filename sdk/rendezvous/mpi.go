@@ -29,8 +29,8 @@ func MPILaunched(getenv func(string) (string, bool)) bool {
 //	HVD_MPI_LOCAL_RANK/_LOCAL_SIZE as hints
 //
 // Without HVD_MPI_STORE_ADDR, StoreAddr stays "" and the SDK's MPI build
-// bootstraps at Init (sdk/mpiboot_mpi.go); a build without MPI fails Init
-// with what to do (sdk/mpiboot.go).
+// bootstraps at Init (sdk/internal/wiring/mpi_mpi.go); a build without MPI fails Init
+// with what to do (sdk/internal/wiring/mpi.go).
 func (e env) mpiStore(id *Identity) (bool, error) {
 	id.Bootstrap = BootstrapMPI
 	r, s, ok, err := e.pair("HVD_MPI_RANK", "HVD_MPI_SIZE")
