@@ -122,6 +122,9 @@ type Settings struct {
 	// TCPSendBuffer: HVD_TCP_SNDBUF (< 0 unset, 0 kernel autotuning,
 	// n bytes).
 	TCPSendBuffer int
+	// TCPFullMeshMax: HVD_TCP_FULL_MESH_MAX, the largest set the TCP
+	// backend connects as a full mesh (0: its default).
+	TCPFullMeshMax int
 	// Encrypt: HVD_ENCRYPT (off, cross-host or all; "": off).
 	Encrypt string
 	// NCCLLibrary, CUDARTLibrary: HVD_NCCL_LIBRARY, HVD_CUDART_LIBRARY

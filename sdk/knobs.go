@@ -46,6 +46,7 @@ type knobs struct {
 	shmChunk    int           // HVD_SHM_CHUNK_BYTES (0 = backend default)
 	shmSlot     int           // HVD_SHM_SLOT_BYTES (0 = backend default)
 	tcpSndBuf   int           // HVD_TCP_SNDBUF; < 0: chosen per connection
+	tcpMeshMax  int           // HVD_TCP_FULL_MESH_MAX (0 = backend default)
 	encrypt     string        // HVD_ENCRYPT: off, cross-host or all ("" = off)
 	ncclLib     string        // HVD_NCCL_LIBRARY ("": the default names)
 	cudartLib   string        // HVD_CUDART_LIBRARY ("": the default names)
@@ -180,6 +181,9 @@ var knobTable = []knobSpec{
 	{name: "HVD_TCP_SNDBUF", kind: kindInt, max: 1 << 30, unit: "bytes",
 		doc: "SO_SNDBUF of every TCP data connection (0: kernel autotuning; default: 128 KiB on one host, autotuning across)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpSndBuf = int(f) }},
+	{name: "HVD_TCP_FULL_MESH_MAX", kind: kindInt, min: 1, max: 1 << 20, unit: "ranks",
+		doc: "largest process set the TCP backend connects as a full mesh (default 64); a larger set connects each rank to its ring and tree partners (rank ± 2^k) and to other peers on first use",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpMeshMax = int(f) }},
 	{name: "HVD_STACKS_ON_SIGNAL", kind: kindBool,
 		doc: "SIGUSR2 writes every goroutine's stack to stderr and the process goes on (a debugging aid for hung jobs)",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.stacks = b }},
@@ -251,7 +255,7 @@ func (k *knobs) backendSettings() backends.Settings {
 	return backends.Settings{
 		HierAllreduce: k.hierAllreduce, HierAllgather: k.hierAllgather,
 		ShmSmallBytes: k.shmSmall, ShmChunkBytes: k.shmChunk, ShmSlotBytes: k.shmSlot,
-		TCPSendBuffer: k.tcpSndBuf, Encrypt: k.encrypt,
+		TCPSendBuffer: k.tcpSndBuf, Encrypt: k.encrypt, TCPFullMeshMax: k.tcpMeshMax,
 		NCCLLibrary: k.ncclLib, CUDARTLibrary: k.cudartLib,
 	}
 }

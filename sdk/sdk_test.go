@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,19 @@ import (
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
+
+// testEnv are settings every world of a test run starts with unless the
+// test sets them: HVD_SDK_TEST_ENV="HVD_BACKEND=tcp,HVD_TCP_FULL_MESH_MAX=2"
+// runs the tests on another configuration.
+var testEnv = func() map[string]string {
+	m := map[string]string{}
+	for _, kv := range strings.Split(os.Getenv("HVD_SDK_TEST_ENV"), ",") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}()
 
 type worldOpts struct {
 	sets    func(rank int) [][]int
@@ -38,8 +52,14 @@ func startWorlds(t testing.TB, n int, o worldOpts) ([]*World, []error) {
 				Identity: &rendezvous.Identity{Rank: r, Size: n, Hostname: "h", Timeout: 10 * time.Second},
 				Store:    st,
 				HostKey:  "host0",
-				Getenv:   func(k string) (string, bool) { v, ok := o.env[k]; return v, ok },
-				Logf:     o.logf,
+				Getenv: func(k string) (string, bool) {
+					if v, ok := o.env[k]; ok {
+						return v, true
+					}
+					v, ok := testEnv[k]
+					return v, ok
+				},
+				Logf: o.logf,
 			}
 			if o.sets != nil {
 				cfg.ProcessSets = o.sets(r)

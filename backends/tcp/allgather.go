@@ -34,7 +34,9 @@ func (c *Comm) Allgatherv(send, recv []byte, counts []int) error {
 		return nil
 	}
 	var xs []*xfer
-	if total <= c.small || n == 2 {
+	// A communicator that is not a full mesh always takes the ring (its
+	// neighbours only).
+	if (total <= c.small || n == 2) && !c.lazy {
 		for d := 1; d < n; d++ {
 			peer := (me + d) % n
 			xs = append(xs, c.sendTo(peer, kindAllgather, seq, 0, send), c.recvFrom(peer, kindAllgather, seq, 0, blk(peer)))

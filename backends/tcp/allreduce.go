@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/hvdorg/hvd/backends"
 )
@@ -38,6 +39,9 @@ func (c *Comm) Allreduce(buf []byte, dt backends.DType, op backends.ReduceOp) er
 		return nil
 	}
 	count := len(buf) / dt.Size()
+	if c.lazy && (len(buf) <= c.small || count < c.size) {
+		return c.allreduceDoubling(seq, buf, dt, op)
+	}
 	if len(buf) <= c.small || count < c.size {
 		return c.allreduceDirect(seq, buf, dt, op)
 	}
@@ -73,6 +77,22 @@ func (c *Comm) allreduceDirect(seq uint64, buf []byte, dt backends.DType, op bac
 	if me != 0 {
 		copy(buf, acc)
 	}
+	return nil
+}
+
+// allreduceDoubling is the small allreduce of a communicator that is not a
+// full mesh: recursive doubling (⌈log2 n⌉+1 messages a member, to its
+// partners only) instead of the direct exchange with every member.
+func (c *Comm) allreduceDoubling(seq uint64, buf []byte, dt backends.DType, op backends.ReduceOp) error {
+	out, err := c.doubling("allreduce", kindAllreduce, seq, slices.Clone(buf), func(lo, hi []byte) []byte {
+		acc := slices.Clone(lo)
+		backends.Reduce(acc, hi, dt, op)
+		return acc
+	})
+	if err != nil {
+		return err
+	}
+	copy(buf, out)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"fmt"
+	"math/bits"
 
 	"github.com/hvdorg/hvd/backends"
 )
@@ -25,6 +26,22 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 		return nil
 	}
 	var xs []*xfer
+	if c.lazy && len(buf) <= c.small {
+		// Not a full mesh: a tree (⌈log2 n⌉ hops; from rank 0, partners only).
+		rel := mod(me-root, n)
+		parent, children := tree(rel, n)
+		var rx *xfer
+		if parent >= 0 {
+			rx = c.recvFrom((parent+root)%n, kindBroadcast, seq, 0, buf)
+			xs = append(xs, rx)
+		}
+		for _, q := range children {
+			sx := c.sendTo((q+root)%n, kindBroadcast, seq, 0, buf)
+			sx.feed = rx
+			xs = append(xs, sx)
+		}
+		return c.run("broadcast", xs)
+	}
 	if len(buf) <= c.small || n == 2 {
 		if me == root {
 			for d := 1; d < n; d++ {
@@ -47,4 +64,32 @@ func (c *Comm) Broadcast(buf []byte, root int) error {
 		xs = append(xs, sx)
 	}
 	return c.run("broadcast", xs)
+}
+
+// tree places member rel (relative to the root, which is 0) of a tree over n
+// members: its parent (-1 at the root) and its children. With P the largest
+// power of two ≤ n, members P…n−1 hang off member rel−P, and 0…P−1 form a
+// binomial tree, whose edges join members that differ in one bit: for
+// root 0 every edge joins Partners (doubling's), so the control messages of
+// the engine need no other connection.
+func tree(rel, n int) (parent int, children []int) {
+	P := 1 << (bits.Len(uint(n)) - 1)
+	if rel >= P {
+		return rel - P, nil
+	}
+	parent = -1
+	mask := 1
+	for ; mask < P; mask <<= 1 {
+		if rel&mask != 0 {
+			parent = rel - mask
+			break
+		}
+	}
+	if rel+P < n {
+		children = append(children, rel+P)
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		children = append(children, rel+mask)
+	}
+	return parent, children
 }

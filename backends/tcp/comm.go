@@ -63,9 +63,13 @@ type Config struct {
 	// SmallBytes overrides the small/large algorithm threshold (0 = default).
 	SmallBytes int
 	// FullMeshMax is the largest size built as a full mesh; a larger set
-	// connects only the peers its algorithms use (lazy.go). 0: 
+	// connects only the peers its algorithms use (lazy.go). 0:
 	// DefaultFullMeshMax (sdk: HVD_TCP_FULL_MESH_MAX).
 	FullMeshMax int
+	// OnFirstUse: a communicator that is not a full mesh connects no
+	// partner at New either, every peer on first use (the point-to-point
+	// communicator of a set: Build.P2P).
+	OnFirstUse bool
 	// Encrypt chooses the connections whose data is encrypted and
 	// authenticated (AES-256-GCM records, keys from Secret and the
 	// handshake's nonces; see crypt.go): EncryptOff ("" too),

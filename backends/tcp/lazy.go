@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"net"
 	"slices"
 	"strconv"
@@ -19,15 +20,18 @@ import (
 // members is a full mesh, built by New (connect.go). A larger one connects
 // only the peers its algorithms use:
 //
-//   - at New, its partners (Partners): rank ± 2^k (mod size) for every
-//     power of two below the size. They cover the ring's neighbours
-//     (allreduce and allgather rings, the broadcast chain), the
-//     recursive-doubling partners of ReduceStatus and of small allreduces,
-//     the binomial trees of small broadcasts and of the control messages
-//     (GatherMsgs, BcastMsg) and the dissemination barrier: at most
-//     2·⌈log2 size⌉ connections, 19 at 1,024 ranks instead of 1,023;
-//   - anything else (point-to-point, alltoall) on first use, authenticated
-//     exactly like the mesh's connections.
+//   - at New, its partners (Partners): the recursive-doubling partners of
+//     the status exchange (ReduceStatus), which small allreduces, the
+//     barrier, and the control messages and small broadcasts from rank 0
+//     (GatherMsgs, BcastMsg, Broadcast: trees, see tree) use too:
+//     ⌈log2 n⌉ connections at most, 10 at 1,024 ranks instead of 1,023. A point-to-point communicator
+//     (Config.OnFirstUse) connects none at New;
+//   - anything else on first use, authenticated exactly like the mesh's
+//     connections: the ring neighbours of large allreduces, allgathers,
+//     reducescatters and the broadcast chain (one more: rank ^ 1 is a
+//     partner), the tree of a small broadcast or control message from
+//     another root,
+//     and every peer of point-to-point and alltoall.
 //
 // Only the higher rank of a pair dials (as in the mesh), so two ranks can
 // never dial each other at once: a transfer to or from a lower rank not yet
@@ -35,8 +39,9 @@ import (
 // naming the rank and its address when it does not answer); one with a
 // higher rank waits, like any transfer whose peer has not started yet, until
 // that rank reaches the operation and dials (Config.OpTimeout and the stall
-// warnings apply as to any wait). The listener stays open for the
-// communicator's life; its address stays in the store until Close.
+// warnings apply as to any wait; a rank idle in Idle wakes when a peer
+// connects). The listener stays open for the communicator's life; its
+// address stays in the store until Close.
 
 // DefaultFullMeshMax is the largest set built as a full mesh by default
 // (sdk: HVD_TCP_FULL_MESH_MAX). It is the size from which the engine's
@@ -46,17 +51,57 @@ import (
 const DefaultFullMeshMax = 64
 
 // Partners returns the members rank connects to at New in a set of size
-// members built without a full mesh (size > Config.FullMeshMax), in
-// increasing order: (rank ± 2^k) mod size for every 2^k < size. Every
-// collective of such a set except alltoall uses only these (the
-// simulator counts connections with this function).
+// members that is not a full mesh, in increasing order: its partners in
+// recursive doubling (doubling). With P the largest power of two ≤ size:
+// rank ^ 2^k for 2^k < P and rank + P (if a member) for rank < P; rank − P
+// for the others. The simulator counts connections with this function.
 func Partners(rank, size int) []int {
+	P := 1 << (bits.Len(uint(size)) - 1)
+	if rank >= P {
+		return []int{rank - P}
+	}
 	var out []int
-	for d := 1; d < size; d <<= 1 {
-		for _, p := range [2]int{mod(rank+d, size), mod(rank-d, size)} {
-			if p != rank && !slices.Contains(out, p) {
-				out = append(out, p)
+	for k := 1; k < P; k <<= 1 {
+		out = append(out, rank^k)
+	}
+	if rank+P < size {
+		out = append(out, rank+P)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ConnectedAtStart returns the peers rank connects to at New in a set of
+// size members built with fullMeshMax (0: DefaultFullMeshMax) and
+// onFirstUse (Config's fields): every other member for a full mesh, else
+// its Partners, or none with onFirstUse. New follows it (the simulator
+// counts connections with it).
+func ConnectedAtStart(rank, size, fullMeshMax int, onFirstUse bool) []int {
+	if fullMeshMax <= 0 {
+		fullMeshMax = DefaultFullMeshMax
+	}
+	if size <= fullMeshMax {
+		var all []int
+		for p := range size {
+			if p != rank {
+				all = append(all, p)
 			}
+		}
+		return all
+	}
+	if onFirstUse {
+		return nil
+	}
+	return Partners(rank, size)
+}
+
+// RingNeighbours are the peers the ring algorithms add to Partners: rank ± 1
+// (mod size) when not partners already.
+func RingNeighbours(rank, size int) []int {
+	var out []int
+	for _, p := range [2]int{mod(rank-1, size), (rank + 1) % size} {
+		if p != rank && !slices.Contains(out, p) && !slices.Contains(Partners(rank, size), p) {
+			out = append(out, p)
 		}
 	}
 	slices.Sort(out)
@@ -134,7 +179,7 @@ func (c *Comm) startLazy(ctx context.Context, cfg *Config) error {
 		}
 	}()
 	var lower, higher []int
-	for _, p := range Partners(c.rank, c.size) {
+	for _, p := range ConnectedAtStart(c.rank, c.size, cfg.FullMeshMax, cfg.OnFirstUse) {
 		if p < c.rank {
 			lower = append(lower, p)
 		} else {
@@ -155,7 +200,7 @@ func (c *Comm) startLazy(ctx context.Context, cfg *Config) error {
 		}
 	}
 	derr := make(chan error, 1)
-	go func() { derr <- c.dialAll(ctx, lower, addrs) }()
+	go func() { _, err := c.dialAll(ctx, lower, addrs); derr <- err }()
 	werr := c.awaitPeers(ctx, higher)
 	if err := <-derr; err != nil {
 		werr = err
@@ -229,10 +274,15 @@ func (c *Comm) install(r int, conn *net.TCPConn, sec *secure) {
 
 // dialAll connects to the lower ranks in ranks that have no connection yet
 // (concurrently), reading an address from the store when addrs lacks it.
-func (c *Comm) dialAll(ctx context.Context, ranks []int, addrs map[int][]byte) error {
+// On failure it returns the first rank it could not connect to.
+func (c *Comm) dialAll(ctx context.Context, ranks []int, addrs map[int][]byte) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.connectTimeout)
 	defer cancel()
-	errs := make(chan error, len(ranks))
+	type outcome struct {
+		rank int
+		err  error
+	}
+	outs := make(chan outcome, len(ranks))
 	n := 0
 	for _, r := range ranks {
 		if r >= c.rank || c.peerOf(r) != nil {
@@ -244,16 +294,16 @@ func (c *Comm) dialAll(ctx context.Context, ranks []int, addrs map[int][]byte) e
 			if err == nil {
 				c.install(r, conn, sec)
 			}
-			errs <- err
+			outs <- outcome{r, err}
 		}()
 	}
-	var first error
+	first := outcome{rank: -1}
 	for ; n > 0; n-- {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+		if o := <-outs; o.err != nil && first.err == nil {
+			first = o
 		}
 	}
-	return first
+	return first.rank, first.err
 }
 
 // watch registers an eventfd that install signals; the caller polls it and
@@ -319,8 +369,8 @@ func (c *Comm) awaitPeers(ctx context.Context, ranks []int) error {
 // connectFor gives every transfer of xs its connection: it dials the lower
 // ranks that have none yet and leaves p nil on transfers whose higher rank
 // has not dialed yet (run waits for them). It returns how many are left
-// waiting.
-func (c *Comm) connectFor(xs []*xfer) (int, error) {
+// waiting, or the rank it could not connect to.
+func (c *Comm) connectFor(xs []*xfer) (int, int, error) {
 	var dial []int
 	c.connMu.Lock()
 	for _, x := range xs {
@@ -333,11 +383,11 @@ func (c *Comm) connectFor(xs []*xfer) (int, error) {
 	}
 	c.connMu.Unlock()
 	if len(dial) > 0 {
-		if err := c.dialAll(c.life, dial, nil); err != nil {
-			return 0, err
+		if r, err := c.dialAll(c.life, dial, nil); err != nil {
+			return 0, r, err
 		}
 	}
-	return c.fillPeers(xs), nil
+	return c.fillPeers(xs), -1, nil
 }
 
 // fillPeers sets p on the transfers whose connection exists now and returns

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -28,6 +29,9 @@ func (c *Comm) GatherMsgs(msg []byte, root int) ([][]byte, error) {
 		return nil, err
 	}
 	defer c.end()
+	if c.lazy {
+		return c.gatherTree(seq, msg, root)
+	}
 	if c.rank != root {
 		return nil, c.run("gather", []*xfer{c.sendTo(root, kindGather, seq, 0, msg)})
 	}
@@ -59,6 +63,9 @@ func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
 		return nil, err
 	}
 	defer c.end()
+	if c.lazy {
+		return c.bcastTree(seq, msg, root)
+	}
 	if c.rank == root {
 		xs := make([]*xfer, 0, c.size-1)
 		for d := 1; d < c.size; d++ {
@@ -72,6 +79,72 @@ func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
 		return nil, err
 	}
 	return x.data, nil
+}
+
+// gatherTree is GatherMsgs of a communicator that is not a full mesh: up a
+// tree (from root 0: partners only), each member forwarding its own message and
+// its subtree's, each prefixed with its rank and length, in one message.
+func (c *Comm) gatherTree(seq uint64, msg []byte, root int) ([][]byte, error) {
+	n := c.size
+	parent, children := tree(mod(c.rank-root, n), n)
+	xs := make([]*xfer, len(children))
+	for i, q := range children {
+		xs[i] = c.recvFrom((q+root)%n, kindGather, seq, 0, nil)
+		xs[i].anyLen = true
+	}
+	if err := c.run("gather", xs); err != nil {
+		return nil, err
+	}
+	if parent >= 0 {
+		packed := appendPacked(nil, c.rank, msg)
+		for _, x := range xs {
+			packed = append(packed, x.data...)
+		}
+		return nil, c.run("gather", []*xfer{c.sendTo((parent+root)%n, kindGather, seq, 0, packed)})
+	}
+	out := make([][]byte, n)
+	out[root] = msg
+	for _, x := range xs {
+		for b := x.data; len(b) > 0; {
+			if len(b) < 12 {
+				return nil, c.fail("gather", x.p, fmt.Errorf("corrupt stream: %d bytes left of a gathered message", len(b)))
+			}
+			r, l := int(binary.LittleEndian.Uint32(b)), binary.LittleEndian.Uint64(b[4:])
+			if r >= n || l > uint64(len(b)-12) {
+				return nil, c.fail("gather", x.p, fmt.Errorf("corrupt stream: gathered message of rank %d, %d bytes", r, l))
+			}
+			out[r] = b[12 : 12+l]
+			b = b[12+l:]
+		}
+	}
+	return out, nil
+}
+
+// appendPacked appends rank's msg to b as gatherTree forwards it.
+func appendPacked(b []byte, rank int, msg []byte) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(rank))
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(msg)))
+	return append(b, msg...)
+}
+
+// bcastTree is BcastMsg of a communicator that is not a full mesh: down a
+// tree (from root 0: partners only).
+func (c *Comm) bcastTree(seq uint64, msg []byte, root int) ([]byte, error) {
+	n := c.size
+	parent, children := tree(mod(c.rank-root, n), n)
+	if parent >= 0 {
+		x := c.recvFrom((parent+root)%n, kindBcastMsg, seq, 0, nil)
+		x.anyLen = true
+		if err := c.run("broadcast", []*xfer{x}); err != nil {
+			return nil, err
+		}
+		msg = x.data
+	}
+	xs := make([]*xfer, len(children))
+	for i, q := range children {
+		xs[i] = c.sendTo((q+root)%n, kindBcastMsg, seq, 0, msg)
+	}
+	return msg, c.run("broadcast", xs)
 }
 
 // Idle implements backends.Idler: it blocks until a peer has sent something

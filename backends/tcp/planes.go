@@ -19,11 +19,12 @@ func init() {
 		Name: "tcp", Label: "TCP", Preference: 100, Choosable: true, OwnControl: true,
 		Serves: func(backends.SetInfo) bool { return true },
 		New:    factory,
-		Doc:    "full-mesh TCP, within a host over loopback",
+		Doc:    "TCP, a full mesh up to HVD_TCP_FULL_MESH_MAX members and partners only beyond, within a host over loopback",
 	})
 }
 
-// factory builds the communicator for the registry (Backend.New): a full mesh over the set's members.
+// factory builds the communicator for the registry (Backend.New) over the
+// set's members: a full mesh, or partners only past HVD_TCP_FULL_MESH_MAX.
 func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
 	c, err := New(ctx, Config{
 		Store: b.Store, Prefix: b.Name,
@@ -31,7 +32,7 @@ func factory(ctx context.Context, b backends.Build) (backends.Planes, error) {
 		ListenHost: b.ListenHost, ConnectTimeout: b.ConnectTimeout,
 		OpTimeout: b.OpTimeout, Stall: b.Stall,
 		Spin: b.Spin, LocalSize: b.LocalSize, SendBuffer: sendBuffer(b.Settings.TCPSendBuffer),
-		Encrypt: Encryption(b.Settings.Encrypt),
+		Encrypt: Encryption(b.Settings.Encrypt), FullMeshMax: b.Settings.TCPFullMeshMax, OnFirstUse: b.P2P,
 	})
 	if err != nil {
 		return backends.Planes{}, err

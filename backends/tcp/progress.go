@@ -120,13 +120,14 @@ func (c *Comm) run(opName string, xs []*xfer) error {
 	unconnected := 0
 	connFd := -1
 	if c.lazy {
-		var err error
-		if unconnected, err = c.connectFor(xs); err != nil {
+		n, r, err := c.connectFor(xs)
+		if err != nil {
 			if c.closed.Load() {
 				return fmt.Errorf("hvd: tcp: %s: %w", opName, backends.ErrClosed)
 			}
-			return c.fail(opName, nil, err)
+			return c.fail(opName, &peer{rank: r, fd: -1}, err)
 		}
+		unconnected = n
 		if unconnected > 0 {
 			fd, unwatch, err := c.watch()
 			if err != nil {

@@ -25,8 +25,17 @@ func (c *Comm) ReduceStatus(send []byte, combine func(lo, hi []byte) []byte) ([]
 		return nil, err
 	}
 	defer c.end()
+	return c.doubling("status reduce", kindAllreduce, seq, slices.Clone(send), combine)
+}
+
+// doubling is the recursive doubling of ReduceStatus over acc (which it may
+// keep), also the small allreduce of a communicator that is not a full
+// mesh, and its barrier (with nothing to combine): it talks only to its
+// Partners. Both members
+// of an exchange fold the same two values in the same order, so every
+// member returns bit-identical bytes.
+func (c *Comm) doubling(opName string, kind msgKind, seq uint64, acc []byte, combine func(lo, hi []byte) []byte) ([]byte, error) {
 	n, r := c.size, c.rank
-	acc := slices.Clone(send)
 	if n == 1 {
 		return acc, nil
 	}
@@ -34,7 +43,7 @@ func (c *Comm) ReduceStatus(send []byte, combine func(lo, hi []byte) []byte) ([]
 	final := uint32(bits.Len(uint(P)) + 1) // the tag of the result handed to r+P
 	exchange := func(p int, tag uint32) ([]byte, error) {
 		in := make([]byte, len(acc))
-		err := c.run("status reduce", []*xfer{c.sendTo(p, kindAllreduce, seq, tag, acc), c.recvFrom(p, kindAllreduce, seq, tag, in)})
+		err := c.run(opName, []*xfer{c.sendTo(p, kind, seq, tag, acc), c.recvFrom(p, kind, seq, tag, in)})
 		return in, err
 	}
 	if r >= P {
@@ -42,7 +51,7 @@ func (c *Comm) ReduceStatus(send []byte, combine func(lo, hi []byte) []byte) ([]
 			return nil, err
 		}
 		out := make([]byte, len(acc))
-		if err := c.run("status reduce", []*xfer{c.recvFrom(r-P, kindAllreduce, seq, final, out)}); err != nil {
+		if err := c.run(opName, []*xfer{c.recvFrom(r-P, kind, seq, final, out)}); err != nil {
 			return nil, err
 		}
 		return out, nil
@@ -67,7 +76,7 @@ func (c *Comm) ReduceStatus(send []byte, combine func(lo, hi []byte) []byte) ([]
 		}
 	}
 	if r+P < n {
-		if err := c.run("status reduce", []*xfer{c.sendTo(r+P, kindAllreduce, seq, final, acc)}); err != nil {
+		if err := c.run(opName, []*xfer{c.sendTo(r+P, kind, seq, final, acc)}); err != nil {
 			return nil, err
 		}
 	}

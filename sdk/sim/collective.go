@@ -1,8 +1,11 @@
 package sim
 
 import (
+	"math"
 	"slices"
 	"time"
+
+	"github.com/hvdorg/hvd/backends/tcp"
 )
 
 // Allreduce is a large allreduce's predicted time next to the bandwidth
@@ -49,35 +52,56 @@ func PredictAllreduce(m Model, n int, bytes int64) Allreduce {
 	return Allreduce{Bytes: bytes, Algorithm: "hier split (shm RS, cross-host ring, shm AG)", Predicted: t, Bound: bound}
 }
 
-// Connections counts one rank's TCP connections in a set of n ranks.
+// Connections counts the TCP connections of the rank of the global set of
+// n ranks that holds the most, after a training step.
 type Connections struct {
-	Today  int // what sdk builds today
-	Needed int // what the algorithms in use talk to (the goal's measure)
+	Before int // every TCP communicator a full mesh (before issue 31)
+	After  int // backends/tcp's rule (HVD_TCP_FULL_MESH_MAX at its default)
 	Goal   int // 2·log2(n) + the host's local peers
 }
 
-// CountConnections is what a rank that is not a host leader holds in the
-// global set of n ranks (the leader holds the same): today each of the
-// set's two communicators (the engine's and the point-to-point one) is a
-// backends/hier.Comm over a full TCP mesh of the n members plus the
-// cross-host mesh of its local rank (the leaders' mesh for a leader), H−1
-// more; shared memory inside the host needs no TCP. Needed is what the
-// algorithms in use talk to past a threshold: recursive doubling of the
-// negotiation among leaders (log2 H), the two ring neighbours of the
-// cross-host ring and, for point-to-point, only the peers a program uses
-// (counted as none).
+// CountConnections applies backends/tcp's own rule to the communicators a
+// rank holds (heldConnections), with the default threshold (After) and
+// with every communicator a full mesh (Before).
 func CountConnections(m Model, n int) Connections {
-	H := m.Hosts(n)
-	L := min(m.HostSize, n)
-	today := 2 * (n - 1)
-	if H > 1 {
-		today += 2 * (H - 1)
+	return Connections{
+		Before: heldConnections(m, n, math.MaxInt),
+		After:  heldConnections(m, n, tcp.DefaultFullMeshMax),
+		Goal:   2*log2ceil(n) + (min(m.HostSize, n) - 1),
 	}
-	needed := 0
-	if H > 1 {
-		needed = min(2, H-1) + log2ceil(H)
+}
+
+// heldConnections is the most TCP connections a rank of the global set of
+// n ranks holds after a training step, each TCP communicator of size
+// members above meshMax connecting what backends/tcp connects at New
+// (tcp.ConnectedAtStart) and what the step then uses. The set has two
+// communicators (the engine's, and the point-to-point one a step does not
+// use), each a backends/hier.Comm when the set spans hosts: a flat TCP
+// communicator over the n members and one over the H ranks of its local
+// rank (the leaders for local rank 0), shared memory inside the host (no
+// TCP). The engine's cross-host communicator carries the hierarchical
+// allreduce's ring, which adds the ring neighbours (tcp.RingNeighbours)
+// on first use; its flat one serves the status exchange, the control
+// messages and the barrier, all on its partners.
+func heldConnections(m Model, n, meshMax int) int {
+	L, H := min(m.HostSize, n), m.Hosts(n)
+	if H < 2 {
+		return 0 // one host: shared memory
 	}
-	return Connections{Today: today, Needed: needed, Goal: 2*log2ceil(n) + (L - 1)}
+	held := func(rank, size int, p2p, ring bool) int {
+		k := len(tcp.ConnectedAtStart(rank, size, meshMax, p2p))
+		if ring && size > meshMax {
+			k += len(tcp.RingNeighbours(rank, size))
+		}
+		return k
+	}
+	most := 0
+	for r := range n {
+		h := r / L // the hosts are filled in rank order
+		k := held(r, n, false, false) + held(r, n, true, false) + held(h, H, false, true) + held(h, H, true, false)
+		most = max(most, k)
+	}
+	return most
 }
 
 func log2ceil(n int) int {

@@ -129,9 +129,9 @@ func Run(ctx context.Context, cfg Config) ([]Row, error) {
 		if row.KeyByKey, row.KeyByKeyEstimated, err = keyByKey(n); err != nil {
 			return nil, err
 		}
-		conns := CountConnections(cfg.Model, survivors).Today
-		row.ElasticBefore = ElasticRecovery(cfg.Model, n, before.Time, conns, row.NewFlat.Time)
-		row.ElasticAf = ElasticRecovery(cfg.Model, n, after.Time, conns, row.NewTree.Time)
+		conns := CountConnections(cfg.Model, survivors)
+		row.ElasticBefore = ElasticRecovery(cfg.Model, n, before.Time, conns.Before, row.NewFlat.Time)
+		row.ElasticAf = ElasticRecovery(cfg.Model, n, after.Time, conns.After, row.NewTree.Time)
 		rows = append(rows, row)
 	}
 	return rows, nil
@@ -230,7 +230,7 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 			three(tm, r), threeNew(tm, r), three(by, r), threeNew(by, r), three(ms, r), us(r.Small))
 	}
 	section(w, "\nConnections, store, elastic recovery, 64 MiB allreduce:",
-		"N", "TCP conns/rank today", "needed", "goal", "store key by key: requests, time", "store range reads: requests, time",
+		"N", "TCP conns/rank before", "now", "goal", "store key by key: requests, time", "store range reads: requests, time",
 		"elastic kill → next step before", "after", "64 MiB allreduce predicted", "NIC bound", "ratio")
 	for _, r := range rows {
 		est := ""
@@ -248,7 +248,7 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 			return ""
 		}
 		fmt.Fprintf(w, "| %d | %d | %d | %d | %d, %s%s%s | %d, %s%s | %s | %s | %s | %s | %s |\n", r.N,
-			r.Conns.Today, r.Conns.Needed, r.Conns.Goal,
+			r.Conns.Before, r.Conns.After, r.Conns.Goal,
 			r.KeyByKey.Requests, us(r.KeyByKey.Time), est, ev(r.KeyByKey), r.Ranged.Requests, us(r.Ranged.Time), ev(r.Ranged),
 			us(r.ElasticBefore.Total), us(r.ElasticAf.Total),
 			us(r.Allreduce.Predicted), us(r.Allreduce.Bound), ratio)
@@ -268,9 +268,9 @@ func Write(w io.Writer, cfg Config, rows []Row) {
 	if len(rows) > 1 {
 		first, last := rows[0], rows[len(rows)-1]
 		fmt.Fprintln(w)
-		fmt.Fprintf(w, "Goals at N=%d: cached round %.1fx N=%d's flat with the tree (hier: %.1fx; flat: %.1fx; goal <= 3x); conns/rank %d today, %d needed (goal <= %d); world formation %s (goal <= 2 s); elastic recovery %s (goal <= 1 s)\n",
+		fmt.Fprintf(w, "Goals at N=%d: cached round %.1fx N=%d's flat with the tree (hier: %.1fx; flat: %.1fx; goal <= 3x); conns/rank %d before, %d now (goal <= %d); world formation %s (goal <= 2 s); elastic recovery %s (goal <= 1 s)\n",
 			last.N, ratioOf(last.CachedTree.Time, first.CachedFlat.Time), first.N, ratioOf(last.CachedHier.Time, first.CachedFlat.Time), ratioOf(last.CachedFlat.Time, first.CachedFlat.Time),
-			last.Conns.Today, last.Conns.Needed, last.Conns.Goal, us(last.Ranged.Time), us(last.ElasticAf.Total))
+			last.Conns.Before, last.Conns.After, last.Conns.Goal, us(last.Ranged.Time), us(last.ElasticAf.Total))
 	}
 }
 
