@@ -42,8 +42,9 @@ LAYERS = {
     'hvd.tensorflow': {'hvd.common', 'hvd.numpy'},
     'hvd.mxnet': {'hvd.common', 'hvd.numpy'},
     'hvd.keras': {'hvd.tensorflow'},  # Horovod's other name for hvd.tensorflow.keras
-    'hvd.spark': {'hvd.common', 'hvd.runner'},  # engines: hvd.spark.store/worker serve hvd.ray too
-    'hvd.ray': {'hvd.common', 'hvd.runner', 'hvd.spark'},
+    'hvd._driver': {'hvd.common', 'hvd.runner'},  # what Spark and Ray share: store, worker, agents, elastic driver
+    'hvd.spark': {'hvd._driver', 'hvd.runner'},
+    'hvd.ray': {'hvd._driver', 'hvd.common', 'hvd.runner'},
 }
 
 # Horovod's private names, defined for tests written for Horovod

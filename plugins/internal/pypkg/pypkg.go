@@ -16,8 +16,9 @@ import (
 )
 
 // Core is what every framework package needs (the engines, hvd.spark and
-// hvd.ray, run any framework's training function).
-var Core = []string{"hvd/__init__.py", "hvd/common", "hvd/runner", "hvd/spark", "hvd/ray"}
+// hvd.ray with what they share, hvd._driver, run any framework's training
+// function).
+var Core = []string{"hvd/__init__.py", "hvd/common", "hvd/runner", "hvd/_driver", "hvd/spark", "hvd/ray"}
 
 // Select returns the embedded files at the given paths (a file, or a
 // directory taken whole), sorted. A path that does not exist is an error.

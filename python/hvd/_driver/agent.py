@@ -5,7 +5,7 @@ The elastic forms reuse hvdrun's elastic driver (``--host-discovery-script``,
 ``--min-np``/``--max-np``, blacklisting, resets: docs/elastic.md) as it is.
 Every Spark task (or Ray actor) runs one :func:`serve` agent, a "host" of one
 slot named ``<prefix>-<i>``. hvdrun reaches a remote host through the command
-in ``HVD_SSH``; the driver points it at ``python -m hvd.spark.agent_ssh``,
+in ``HVD_SSH``; the driver points it at ``python -m hvd._driver.agent_ssh``,
 which connects to the named agent over TCP (HMAC challenge with the run's
 secret), hands it the remote script hvdrun would give ssh, forwards stdin and
 relays the script's stdout, stderr and exit status, as ssh does. Stopping the
@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 
-from hvd.spark import store as _store
+from hvd._driver import store as _store
 
 AGENT_SCOPE = 'agents'
 RESULT_SCOPE = 'results'

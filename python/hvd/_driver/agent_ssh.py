@@ -1,6 +1,6 @@
-"""``python -m hvd.spark.agent_ssh [ssh options] HOST SCRIPT``: the ssh
+"""``python -m hvd._driver.agent_ssh [ssh options] HOST SCRIPT``: the ssh
 stand-in hvdrun runs (``HVD_SSH``) for the agents of hvd.spark.run_elastic
-and hvd.ray.ElasticRayExecutor (see hvd.spark.agent). HOST is an agent's
+and hvd.ray.ElasticRayExecutor (see hvd._driver.agent). HOST is an agent's
 name, looked up in the JSON table at ``$HVD_AGENT_TABLE``; the connection is
 authenticated with ``$HVD_AGENT_SECRET``. Exit status: the script's, or 255
 when the agent cannot be reached or is lost (as ssh)."""
@@ -11,7 +11,7 @@ import socket
 import sys
 import threading
 
-from hvd.spark import agent as _agent
+from hvd._driver import agent as _agent
 
 
 def _fail(msg):

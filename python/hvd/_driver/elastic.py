@@ -1,12 +1,12 @@
 """The driver side shared by hvd.spark.run_elastic and
 hvd.ray.ElasticRayExecutor: hvdrun's elastic driver over agents.
 
-:func:`drive` serves a store for the agents (hvd.spark.agent) and the
+:func:`drive` serves a store for the agents (hvd._driver.agent) and the
 results, has the engine start the agents (one slot each), waits until
 ``num_proc`` of them registered, then runs ``hvdrun -np num_proc --min-np
 ... --max-np ... --host-discovery-script <script>`` whose script prints the
 agents whose heartbeat is fresh (``<name>:1``), with ``HVD_SSH`` pointing at
-the agent stand-in (hvd.spark.agent_ssh). hvdrun runs the elastic job as
+the agent stand-in (hvd._driver.agent_ssh). hvdrun runs the elastic job as
 everywhere else (docs/elastic.md): a worker that dies fails and blacklists
 its agent, the survivors reset to the last commit and go on while at least
 ``min_num_proc`` remain; an agent that is lost (task, actor, node) drops out
@@ -25,8 +25,8 @@ import tempfile
 import threading
 import time
 
-from hvd.spark import agent as _agent
-from hvd.spark import store as _store
+from hvd._driver import agent as _agent
+from hvd._driver import store as _store
 
 STALE_S = 5.0
 
@@ -182,9 +182,9 @@ def drive(who, start_agents, engine_error, fn, args, kwargs, num_proc, min_num_p
             cmd += ['--reset-limit', str(int(reset_limit))]
         if verbose >= 2:
             cmd.append('--verbose')
-        cmd += ['sh', '-c', 'exec "$HVD_AGENT_PYTHON" -m hvd.spark.elastic_worker']
+        cmd += ['sh', '-c', 'exec "$HVD_AGENT_PYTHON" -m hvd._driver.elastic_worker']
         penv = dict(os.environ)
-        penv.update({'HVD_SSH': '%s -m hvd.spark.agent_ssh' % sys.executable, 'HVD_AGENT_TABLE': table_path,
+        penv.update({'HVD_SSH': '%s -m hvd._driver.agent_ssh' % sys.executable, 'HVD_AGENT_TABLE': table_path,
                      'HVD_AGENT_SECRET': server.secret_hex, 'PYTHONPATH': pythonpath})
         proc = subprocess.Popen(cmd, env=penv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)

@@ -1,6 +1,6 @@
-"""``python -m hvd.spark.elastic_worker``: the worker process of
+"""``python -m hvd._driver.elastic_worker``: the worker process of
 hvd.spark.run_elastic and hvd.ray.ElasticRayExecutor, started by hvdrun's
-elastic driver through an agent (hvd.spark.agent). It reads the pickled
+elastic driver through an agent (hvd._driver.agent). It reads the pickled
 ``(fn, args, kwargs)`` from the run's driver store (``$HVD_AGENT_STORE``,
 scope ``payload``), calls it, and puts
 ``{'rank': final rank, 'value': return value}`` into the run's driver store
@@ -22,13 +22,13 @@ def _dumps(obj):
 
 
 def _get(addr, port, secret_hex, scope, key):
-    """GET scope/key from the driver's store (signed as hvd.spark.store
+    """GET scope/key from the driver's store (signed as hvd._driver.store
     wants)."""
     import http.client
     import time
     import urllib.parse
 
-    from hvd.spark import store as _store
+    from hvd._driver import store as _store
     uri = '/%s/%s' % (urllib.parse.quote(scope, safe=''), urllib.parse.quote(key, safe=''))
     headers = {}
     if secret_hex:
@@ -48,8 +48,8 @@ def _get(addr, port, secret_hex, scope, key):
 
 
 def main():
-    from hvd.spark import agent as _agent
-    from hvd.spark import store as _store
+    from hvd._driver import agent as _agent
+    from hvd._driver import store as _store
     addr, _, port = os.environ['HVD_AGENT_STORE'].rpartition(':')
     fn, args, kwargs = pickle.loads(_get(addr, int(port), os.environ['HVD_AGENT_SECRET'],
                                          _agent.PAYLOAD_SCOPE, _agent.PAYLOAD_KEY))

@@ -1,6 +1,6 @@
 """The worker side shared by hvd.spark and hvd.ray: one call of the user's
 function as one rank of a job whose rendezvous store the driver serves
-(hvd.spark.store). :func:`run_rank` sets the launch contract's variables
+(hvd._driver.store). :func:`run_rank` sets the launch contract's variables
 (HOROVOD_RANK, ..., HOROVOD_GLOO_RENDEZVOUS_ADDR/PORT, HVD_SECRET_KEY,
 HVD_RENDEZVOUS_EPOCH) for the duration of the call, registers with the
 driver, waits until every rank has registered (the start barrier, bounded
@@ -22,7 +22,7 @@ import time
 import urllib.parse
 
 from hvd.runner.task import error_record  # noqa: F401  (hvd.spark.run's failure records are hvd.run's)
-from hvd.spark import store as _store
+from hvd._driver import store as _store
 
 CTL_SCOPE = '_hvd_ctl'
 START_KEY = 'start'

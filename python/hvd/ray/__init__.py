@@ -20,7 +20,7 @@ places the workers there. The group must be ready within
 ``placement_group_timeout_s`` (TimeoutError naming the demand otherwise).
 
 ``start()`` serves the job's rendezvous store from the driver
-(hvd.spark.store, with a fresh secret key), ranks the workers by node so that
+(hvd._driver.store, with a fresh secret key), ranks the workers by node so that
 the ranks of a node are consecutive, and sets in every actor's environment
 the launch contract (HOROVOD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE,
 _CROSS_RANK, _CROSS_SIZE, HOROVOD_HOSTNAME = the Ray node id,
@@ -224,8 +224,8 @@ class RayExecutor:
         ray = _ray()
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        from hvd.spark import store as _store
-        from hvd.spark import worker as _worker
+        from hvd._driver import store as _store
+        from hvd._driver import worker as _worker
         if not ray.is_initialized():
             ray.init()
         try:

@@ -12,8 +12,8 @@
 Slots come from the Ray cluster's alive nodes: ``CPU // cpus_per_slot``
 per node (with ``use_gpu``, also ``GPU // gpus_per_slot``), at most
 ``max_num_proc`` in all. ``run`` starts one agent actor per slot
-(hvd.spark.agent: ``num_cpus=cpus_per_slot``, ``num_gpus=gpus_per_slot``)
-and runs hvdrun's elastic driver over them (hvd.spark.elastic), starting
+(hvd._driver.agent: ``num_cpus=cpus_per_slot``, ``num_gpus=gpus_per_slot``)
+and runs hvdrun's elastic driver over them (hvd._driver.elastic), starting
 with as many workers as there are slots (at least ``min_num_proc``). Every
 second it looks at the cluster again: an actor that died (its node lost,
 killed) is a lost host for hvdrun (its workers die with it, the survivors
@@ -71,7 +71,7 @@ class _AgentActor:
     """The actor behind one slot (wrapped with ray.remote in run)."""
 
     def serve(self, job, name):
-        from hvd.spark import agent
+        from hvd._driver import agent
         agent.serve(job, name)
         return name
 
@@ -129,7 +129,7 @@ class ElasticRayExecutor:
             raise RuntimeError('ElasticRayExecutor.run: call start() first')
         if callbacks:
             raise ValueError('ElasticRayExecutor.run: callbacks are not supported by hvd')
-        from hvd.spark import elastic as _elastic
+        from hvd._driver import elastic as _elastic
         ray = _ray()
         s = self.settings
         slots = self._slots(ray)
@@ -138,7 +138,7 @@ class ElasticRayExecutor:
         addr = ray.util.get_node_ip_address()
         nic = s.nics[0] if s.nics else None
         if nic is not None:
-            from hvd.spark import store as _store
+            from hvd._driver import store as _store
             addr = _store.interface_ipv4(nic)
         actor_cls = ray.remote(_AgentActor)
         opts = {'num_cpus': self.cpus_per_slot, 'max_restarts': 0}

@@ -9,7 +9,7 @@ the list of the return values, ordered by rank.
 How: one Spark job of ``num_proc`` partitions in barrier execution mode, so
 that Spark schedules all its tasks at once or none (one task per rank,
 rank = partition id). The driver serves the job's rendezvous store
-(hvd.spark.store, authenticated with a fresh secret key) and tells every
+(hvd._driver.store, authenticated with a fresh secret key) and tells every
 task its rank, the store's address and the local/cross hints computed from
 the executors' hosts; each task runs ``fn`` in its Python worker under those
 variables (``fn`` calls ``hvd.init()`` itself, as with Horovod), and the
@@ -36,6 +36,12 @@ where the tasks reach the driver, and HOROVOD_GLOO_IFACE in the tasks);
 
 Pickling: ``fn``, ``args`` and ``kwargs`` travel with Spark's cloudpickle
 (lambdas and closures work); the return values come back pickled.
+
+What Spark shares with hvd.ray — the driver's store, the per-rank worker,
+the elastic agents, their ssh stand-in and the elastic driver — is in
+hvd._driver; this package is Spark's part only (its old module names
+hvd.spark.store, hvd.spark.agent and ``python -m hvd.spark.agent_ssh`` still
+work).
 """
 import os
 import socket
@@ -44,8 +50,9 @@ import threading
 import time
 import uuid
 
-from hvd.spark import store as _store
-from hvd.spark import worker
+from hvd._driver import agent, store  # noqa: F401  (their old names: hvd.spark.agent, hvd.spark.store)
+from hvd._driver import store as _store
+from hvd._driver import worker
 
 __all__ = ['run', 'run_elastic']
 
@@ -235,8 +242,8 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     the last world, ordered by their final rank.
 
     One Spark job of ``max_num_proc`` tasks (not barrier mode: tasks may
-    come and go), each running an agent of one slot (hvd.spark.agent);
-    hvdrun's elastic driver runs the job over the agents (hvd.spark.elastic,
+    come and go), each running an agent of one slot (hvd._driver.agent);
+    hvdrun's elastic driver runs the job over the agents (hvd._driver.elastic,
     docs/engines.md). A worker that dies fails its task's slot for the rest
     of the run and the survivors go on from their last commit; a task that
     is lost drops out; tasks that start later (free slots, or a lost task
@@ -248,7 +255,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     (hvdrun's reason: fewer than min_num_proc slots for elastic_timeout,
     reset_limit passed, every worker failed), TimeoutError when fewer than
     num_proc tasks start within start_timeout."""
-    from hvd.spark import elastic as _elastic
+    from hvd._driver import elastic as _elastic
     sc = _active_context()
     if num_proc is None:
         num_proc = sc.defaultParallelism
@@ -262,7 +269,7 @@ def run_elastic(fn, args=(), kwargs={}, num_proc=None, min_num_proc=None, max_nu
     thread = []
 
     def start_agents(job):
-        from hvd.spark import agent as _agent
+        from hvd._driver import agent as _agent
 
         def partition(it):
             from pyspark import TaskContext
