@@ -84,7 +84,7 @@ func TestRay(t *testing.T) {
 }
 
 // TestDriverStore: the rendezvous store hvd.spark and hvd.ray serve from the
-// driver (python/hvd/spark/store.py), with Debian's Python only: protocol,
+// driver (python/hvd/_driver/store.py), with Debian's Python only: protocol,
 // authentication, and hvd workers at np 2 and 3 rendezvousing through it.
 func TestDriverStore(t *testing.T) {
 	out := enginesPytest(t, python, "python/tests/test_spark_store.py", 3*time.Minute)

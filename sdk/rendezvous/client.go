@@ -66,7 +66,7 @@ type Client struct {
 	longPoll atomic.Bool
 	// noRange is set once a store that carries HeaderStore refused a range
 	// read (400): an hvd store without them, such as an older driver's
-	// (hvd/spark/store.py before range reads); GetRange then reads key by key.
+	// (hvd/_driver/store.py before range reads); GetRange then reads key by key.
 	noRange atomic.Bool
 
 	now        func() time.Time // injectable for tests
