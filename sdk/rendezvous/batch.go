@@ -41,25 +41,87 @@ func parseRange(v string) (lo, hi int, err error) {
 
 // getRange answers a range GET: every value, each preceded by its length
 // (uvarint), or nil and the first key still missing after wait.
+//
+// Measured with 1,016 clients forming a world (sdk/sim.FormWorld,
+// docs/performance.md "Scale"), the store's time went to its mutex: every
+// held range read looked its range up again from LO at every key it had
+// waited for, and every complete one encoded its answer, all under s.mu,
+// while a thousand ranks read the same host keys. So a held read resumes
+// where it stopped, and the answer of a complete range is kept (rangeCache)
+// until a key of its family changes: the first reader encodes it, the
+// others get it from the cache.
 func (s *Server) getRange(ctx context.Context, scope, prefix string, lo, hi int, wait time.Duration) ([]byte, string, error) {
+	rk := rangeKey{family{scope, keyFamily(prefix)}, prefix, lo, hi}
+	next := lo                            // the keys lo … next−1 existed at the last look
+	kb := make([]byte, 0, len(prefix)+10) // prefix+i, looked up without a string each
+	key := func(i int) []byte { return strconv.AppendInt(append(kb[:0], prefix...), int64(i), 10) }
 	return s.await(ctx, scope, wait, func(kv map[string][]byte) ([]byte, string) {
-		size := 0
-		for i := lo; i < hi; i++ {
-			k := prefix + strconv.Itoa(i)
-			v, ok := kv[k]
-			if !ok {
-				return nil, k
+		if a, ok := s.ranges[rk]; ok && a.version == s.versions[rk.family] {
+			s.rangeHits++
+			return a.body, ""
+		}
+		for ; next < hi; next++ {
+			if k := key(next); !has(kv, k) {
+				return nil, string(k)
 			}
+		}
+		size := 0
+		vs := make([][]byte, hi-lo)
+		for i := range vs {
+			k := key(lo + i)
+			v, ok := kv[string(k)]
+			if !ok { // deleted since an earlier look
+				next = lo
+				return nil, string(k)
+			}
+			vs[i] = v
 			size += binary.MaxVarintLen32 + len(v)
 		}
 		out := make([]byte, 0, size)
-		for i := lo; i < hi; i++ {
-			v := kv[prefix+strconv.Itoa(i)]
+		for _, v := range vs {
 			out = binary.AppendUvarint(out, uint64(len(v)))
 			out = append(out, v...)
 		}
+		if len(s.ranges) >= maxCachedRanges {
+			clear(s.ranges)
+		}
+		s.ranges[rk] = rangeAnswer{version: s.versions[rk.family], body: out}
 		return out, ""
 	})
+}
+
+func has(kv map[string][]byte, k []byte) bool { _, ok := kv[string(k)]; return ok }
+
+// maxCachedRanges bounds the range answers the server keeps (each at most
+// what one request would build anyway).
+const maxCachedRanges = 64
+
+// A family is the keys of a scope that differ only in their trailing
+// decimal digits ("hosts/0" … "hosts/1023"): the keys one range prefix can
+// name. A change of any of them bumps the family's version, which
+// invalidates the kept answers of its ranges.
+type family struct{ scope, stem string }
+
+type rangeKey struct {
+	family
+	prefix string
+	lo, hi int
+}
+
+type rangeAnswer struct {
+	version uint64
+	body    []byte // never modified: handed to every reader
+}
+
+// keyFamily strips key's trailing decimal digits.
+func keyFamily(key string) string {
+	return strings.TrimRight(key, "0123456789")
+}
+
+// changed records, with s.mu held, that key of scope was set or deleted.
+func (s *Server) changed(scope, key string) {
+	s.tick++
+	s.versions[family{scope, keyFamily(key)}] = s.tick
 }
 
 // decodeRange splits a range answer into its n values.

@@ -143,3 +143,58 @@ func TestGetRangeFallsBackOnAStoreWithoutRanges(t *testing.T) {
 		t.Fatalf("%d range reads sent, want 1 (then key by key, remembered)", ranges)
 	}
 }
+
+// A range's answer is kept for the next reader of the same range (every
+// rank reads every host key) until a key of its family changes: a changed
+// value, a deleted key and a new epoch (Init) are seen; a change in another
+// family keeps it.
+func TestGetRangeKeptUntilItsKeysChange(t *testing.T) {
+	s := newServer(t, nil)
+	c := newClient(t, ClientConfig{Addr: s.Addr(), Timeout: 300 * time.Millisecond})
+	ctx := context.Background()
+	for i := range 3 {
+		if err := c.Put(ctx, "w", "h/"+strconv.Itoa(i), []byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		vs, err := c.GetRange(ctx, "w", "h/", 0, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(vs[0]) + string(vs[1]) + string(vs[2])
+	}
+	hits := func() int64 { s.mu.Lock(); defer s.mu.Unlock(); return s.rangeHits }
+	if got := read() + read(); got != "abcabc" || hits() != 1 {
+		t.Fatalf("read %q, %d answers from the cache, want abcabc and 1", got, hits())
+	}
+	if err := c.Put(ctx, "w", "other/1", []byte("x")); err != nil { // another family
+		t.Fatal(err)
+	}
+	if got := read(); got != "abc" || hits() != 2 {
+		t.Fatalf("after another family changed: %q, %d hits", got, hits())
+	}
+	if err := c.Put(ctx, "w", "h/1", []byte("B")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "aBc" {
+		t.Fatalf("after h/1 changed: %q", got)
+	}
+	if err := c.Delete(ctx, "w", "h/2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetRange(ctx, "w", "h/", 0, 3); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), `"h/2"`) {
+		t.Fatalf("after h/2 was deleted: %v", err)
+	}
+	if err := c.Put(ctx, "w", "h/2", []byte("C")); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "aBC" {
+		t.Fatalf("after h/2 came back: %q", got)
+	}
+	s.Init(nil)
+	if _, err := c.GetRange(ctx, "w", "h/", 0, 3); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("after Init: %v", err)
+	}
+}

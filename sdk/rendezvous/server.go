@@ -97,6 +97,13 @@ type Server struct {
 	plan     map[string]int
 	finished map[string]map[string]struct{}
 	waiters  map[waitKey]*waiter
+	// Kept range answers (batch.go): each family's version (s.tick when
+	// one of its keys last changed), the answers, and how often one was
+	// served from here (Stats).
+	tick      uint64
+	versions  map[family]uint64
+	ranges    map[rangeKey]rangeAnswer
+	rangeHits int64
 
 	connMu   sync.Mutex
 	newConns map[net.Conn]struct{} // accepted, no request read yet
@@ -138,6 +145,8 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		plan:      map[string]int{},
 		finished:  map[string]map[string]struct{}{},
 		waiters:   map[waitKey]*waiter{},
+		versions:  map[family]uint64{},
+		ranges:    map[rangeKey]rangeAnswer{},
 		newConns:  map[net.Conn]struct{}{},
 		now:       time.Now,
 	}
@@ -186,6 +195,8 @@ func (s *Server) Init(plan map[string]int) {
 	defer s.mu.Unlock()
 	s.data = map[string]map[string][]byte{}
 	s.finished = map[string]map[string]struct{}{}
+	clear(s.versions) // s.tick goes on: no kept answer matches any more
+	clear(s.ranges)
 	s.plan = make(map[string]int, len(plan))
 	for k, v := range plan {
 		s.plan[k] = v
@@ -526,6 +537,7 @@ func (s *Server) put(scope, key string, value []byte) {
 		s.data[scope] = sc
 	}
 	sc[key] = value
+	s.changed(scope, key)
 	wk := waitKey{scope, key}
 	if wt := s.waiters[wk]; wt != nil {
 		close(wt.ch)
@@ -603,6 +615,7 @@ func (s *Server) delete(scope, key string) error {
 	if !isPlan {
 		if sc := s.data[scope]; sc != nil {
 			delete(sc, key)
+			s.changed(scope, key)
 			if len(sc) == 0 {
 				delete(s.data, scope)
 			}
@@ -620,6 +633,9 @@ func (s *Server) delete(scope, key string) error {
 	}
 	fin[strconv.Itoa(r)] = struct{}{} // a retried DELETE counts once
 	if len(fin) == size {
+		for k := range s.data[scope] {
+			s.changed(scope, k)
+		}
 		delete(s.data, scope)
 		delete(s.finished, scope)
 	}

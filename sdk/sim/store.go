@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
+	"github.com/hvdorg/hvd/backends/tcp"
 	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
@@ -28,7 +29,9 @@ type Formation struct {
 // its host key and read everyone's (rendezvous.ComputeTopology, the real
 // function), then, for the engine's TCP mesh and the point-to-point one,
 // publish its listen address and read the address of every rank it dials
-// (the lower ranks, as backends/tcp's establish). hostSize ranks share a
+// at New (the lower ranks of backends/tcp's ConnectedAtStart: all of them
+// for a full mesh, as before issue 31 and with batched false; its lower
+// partners beyond HVD_TCP_FULL_MESH_MAX). hostSize ranks share a
 // host key. epoch > 0 re-forms a world in a fresh scope of the same
 // server (elastic). This measures wall time on this machine, with the
 // clients on the same cores as the server: an upper bound of the store's
@@ -60,7 +63,17 @@ func FormWorld(ctx context.Context, srv *rendezvous.Server, secret []byte, n, ho
 					errs <- err
 					return
 				}
-				if _, err := backends.GetRange(ctx, st, mesh+"/addr/", 0, r); err != nil {
+				// The lower ranks it dials at New: every one for a full mesh
+				// (and before issue 31), its lower partners beyond (none for
+				// the point-to-point mesh), read in one range.
+				lo := 0
+				if batched {
+					lower := tcp.ConnectedAtStart(r, n, tcp.DefaultFullMeshMax, mesh == "p2p0")
+					if lo = r; len(lower) > 0 && lower[0] < r {
+						lo = lower[0]
+					}
+				}
+				if _, err := backends.GetRange(ctx, st, mesh+"/addr/", lo, r); err != nil {
 					errs <- fmt.Errorf("rank %d reading the lower ranks' addresses: %w", r, err)
 					return
 				}
