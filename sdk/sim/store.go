@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hvdorg/hvd/backends"
@@ -20,6 +21,7 @@ type Formation struct {
 	Ranks    int
 	Requests int64         // HTTP requests the store served
 	Time     time.Duration // wall time until every rank had its world
+	CPU      time.Duration // this process's CPU meanwhile: the store and the n clients
 	Evicted  int64         // connections the store closed as unauthenticated strangers (guard.go)
 }
 
@@ -40,6 +42,7 @@ type Formation struct {
 // as before they existed: every value is one request.
 func FormWorld(ctx context.Context, srv *rendezvous.Server, secret []byte, n, hostSize, epoch int, batched bool) (Formation, error) {
 	before, evicted := srv.Stats().Requests, srv.Stats().Evicted
+	cpu0 := processCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -85,6 +88,17 @@ func FormWorld(ctx context.Context, srv *rendezvous.Server, secret []byte, n, ho
 	if err := <-errs; err != nil {
 		return Formation{}, err
 	}
+	wall := time.Since(start)
 	st := srv.Stats()
-	return Formation{Ranks: n, Requests: st.Requests - before, Time: time.Since(start), Evicted: st.Evicted - evicted}, nil
+	return Formation{Ranks: n, Requests: st.Requests - before, Time: wall, CPU: processCPU() - cpu0, Evicted: st.Evicted - evicted}, nil
+}
+
+// processCPU is the CPU time this process has used (user and system): on
+// a loaded machine a steadier measure than wall time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
