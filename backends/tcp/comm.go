@@ -1,8 +1,12 @@
-// Package tcp is the TCP backend: one full mesh of authenticated TCP
-// connections per process set, driven by a single-threaded non-blocking
-// progress engine (progress.go), with one file per algorithm.
+// Package tcp is the TCP backend: authenticated TCP connections per
+// process set — a full mesh up to Config.FullMeshMax members, beyond it
+// each member's partners and the rest on first use (lazy.go) — driven by a
+// single-threaded non-blocking progress engine (progress.go), with one file
+// per algorithm.
 //
-// Algorithm choice per message size (reasons in each file):
+// Algorithm choice per message size (reasons in each file; a set that is
+// not a full mesh uses recursive doubling, trees and rings instead of the
+// direct exchanges, lazy.go):
 //   - allreduce: direct exchange (one round) for small messages, pipelined
 //     ring reduce-scatter + allgather for large ones;
 //   - allgather: direct for small totals, pipelined ring for large;
@@ -121,10 +125,11 @@ type Comm struct {
 	connectTimeout time.Duration
 	sndBuf         int
 	connMu         sync.Mutex
-	waiters        map[int]struct{} // eventfds install signals
-	idleConnFd     int              // Idle's waiter
-	closedConns    bool             // Close began closing connections: install refuses
-	life           context.Context  // ends at Close: the listener and lazy dials
+	waiters        map[int]struct{}      // eventfds install signals
+	dialing        map[int]chan struct{} // dials under way, closed when done
+	idleConnFd     int                   // Idle's waiter
+	closedConns    bool                  // Close began closing connections: install refuses
+	life           context.Context       // ends at Close: the listener and lazy dials
 	stopLife       context.CancelFunc
 	lifeWG         sync.WaitGroup
 	// p2pSent, p2pRecvd count point-to-point messages per peer (the frame's

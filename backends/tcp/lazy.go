@@ -151,6 +151,7 @@ func (c *Comm) startLazy(ctx context.Context, cfg *Config) error {
 	c.peers = make([]*peer, c.size)
 	c.sendMu, c.recvMu = make([]sync.Mutex, c.size), make([]sync.Mutex, c.size)
 	c.waiters = make(map[int]struct{})
+	c.dialing = make(map[int]chan struct{})
 	if c.idleConnFd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		ln.Close()
 		return fmt.Errorf("hvd: tcp: eventfd: %w", err)
@@ -285,15 +286,43 @@ func (c *Comm) dialAll(ctx context.Context, ranks []int, addrs map[int][]byte) (
 	outs := make(chan outcome, len(ranks))
 	n := 0
 	for _, r := range ranks {
-		if r >= c.rank || c.peerOf(r) != nil {
+		c.connMu.Lock()
+		if r >= c.rank || c.peers[r] != nil {
+			c.connMu.Unlock()
 			continue
 		}
+		// One dial per peer: concurrent point-to-point operations with
+		// the same peer wait for the one under way (a second connection
+		// would be refused as a duplicate).
+		done, busy := c.dialing[r]
+		if !busy {
+			done = make(chan struct{})
+			c.dialing[r] = done
+		}
+		c.connMu.Unlock()
 		n++
 		go func() {
+			if busy {
+				select {
+				case <-done:
+					if c.peerOf(r) != nil {
+						outs <- outcome{r, nil}
+					} else {
+						outs <- outcome{r, fmt.Errorf("hvd: tcp: rank %d: connecting to rank %d failed (another operation's attempt)", c.rank, r)}
+					}
+				case <-ctx.Done():
+					outs <- outcome{r, fmt.Errorf("hvd: tcp: rank %d: connect to rank %d: %w", c.rank, r, ctx.Err())}
+				}
+				return
+			}
 			conn, sec, err := c.dialPeer(ctx, &c.cfg, r, addrs[r])
 			if err == nil {
 				c.install(r, conn, sec)
 			}
+			c.connMu.Lock()
+			delete(c.dialing, r)
+			close(done)
+			c.connMu.Unlock()
 			outs <- outcome{r, err}
 		}()
 	}

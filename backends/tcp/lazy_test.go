@@ -25,6 +25,9 @@ func TestLazyConformance(t *testing.T) {
 		for _, n := range []int{2, 3, 5, 8} {
 			t.Run(fmt.Sprintf("small%d/np%d", small, n), func(t *testing.T) {
 				o := conformance.Options{Counts: []int{0, 1, 7, 1001, 70000}}
+				if testing.Short() { // the race detector makes the large cases slow
+					o.Counts = []int{0, 1, 7, 1001}
+				}
 				comms := newComms(t, n, func(c *Config) { lazy(c); c.SmallBytes = small })
 				for _, c := range comms {
 					if !c.Lazy() {
@@ -228,6 +231,37 @@ func TestLazyFirstUseBothWays(t *testing.T) {
 	}
 	if !slices.Contains(comms[1].Connected(), 6) || !slices.Contains(comms[6].Connected(), 1) {
 		t.Fatal("ranks 1 and 6 are not connected")
+	}
+}
+
+// Concurrent point-to-point operations of one rank with a peer it has no
+// connection to yet make one connection, not two (the second would be
+// refused): ranks 6 and 1 (not partners) each send and receive at once,
+// twice, from two goroutines.
+func TestLazyConcurrentFirstUseOnePair(t *testing.T) {
+	const n = 8
+	for round := range 5 {
+		comms := newComms(t, n, func(c *Config) { lazy(c); c.OnFirstUse = true; c.ConnectTimeout = 2 * time.Second })
+		errs := make([]error, 4)
+		var wg sync.WaitGroup
+		for i, pair := range [][2]int{{6, 1}, {1, 6}} {
+			me, peer := pair[0], pair[1]
+			wg.Add(2)
+			go func() { defer wg.Done(); errs[2*i] = comms[me].Send([]byte{byte(me)}, peer, 3) }()
+			go func() {
+				defer wg.Done()
+				b := make([]byte, 1)
+				if errs[2*i+1] = comms[me].Recv(b, peer, 3); errs[2*i+1] == nil && int(b[0]) != peer {
+					errs[2*i+1] = fmt.Errorf("rank %d got %d from %d", me, b[0], peer)
+				}
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
 	}
 }
 
