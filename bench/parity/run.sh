@@ -68,6 +68,11 @@ if not hasattr(tf.keras, '__version__'):
 if not hasattr(keras.optimizers.legacy, 'optimizer_v2'):
     from keras.src.optimizers.legacy import optimizer_v2
     keras.optimizers.legacy.optimizer_v2 = optimizer_v2
+# The only reachable copy of test_tensorflow.py v0.28.1 is Intel's fork of
+# it, which asks hvd.sycl_built() (Intel's addition; False off Intel GPUs).
+import hvd.tensorflow
+if not hasattr(hvd.tensorflow, 'sycl_built'):
+    hvd.tensorflow.sycl_built = lambda: False
 PYEOF
 fi
 # pytest, parameterized, mock, cloudpickle for the tests, outside the venv.

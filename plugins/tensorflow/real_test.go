@@ -63,3 +63,18 @@ func TestRealParity(t *testing.T) {
 		})
 	}
 }
+
+// TestRealParityOps runs testdata/real/parity_ops.py under hvdrun -np 2 and
+// -np 3: the classes of failure Horovod's own test_tensorflow.py found
+// (issue 24): errors of Horovod's TensorFlow types eagerly, in tf.function
+// and in a TF1 graph; tf.IndexedSlices in grouped_allreduce; gradients of
+// the grouped collectives; static shapes of graph ops; in-place broadcast
+// and broadcast_global_variables in a graph; PartialDistributedGradientTape's
+// get_local_and_global_gradients.
+func TestRealParityOps(t *testing.T) {
+	for _, np := range []int{2, 3} {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			runReal(t, np, "testdata/real/parity_ops.py", "hvd.tensorflow parity ops")
+		})
+	}
+}

@@ -28,8 +28,7 @@ take a template tensor (its shape and dtype; a tf.Variable is assigned the
 received value) and the received tensor is what synchronize / recv return.
 
 Not provided (Horovod has them): TF1 session hooks
-(BroadcastGlobalVariablesHook, broadcast_global_variables outside eager /
-tf.function), backward_passes_per_step > 1 outside Keras optimizers
+(BroadcastGlobalVariablesHook), backward_passes_per_step > 1 outside Keras optimizers
 (DistributedGradientTape, tf.compat.v1 optimizers), the Adasum delta
 optimizer (allreduce with op=hvd.Adasum works), elastic state for TF1
 sessions (hvd.elastic has the eager TensorFlowState and TensorFlowKerasState).
@@ -54,6 +53,8 @@ from hvd.tensorflow.collectives import (  # noqa: F401
     isend, irecv, send, recv)
 from hvd.tensorflow.collectives import as_numpy as _as_numpy, to_tf as _to_tf  # noqa: F401  (zero copy; tests check)
 from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes
+from hvd.tensorflow.collectives import MismatchError, InvalidArgumentError  # noqa: F401
+from hvd.tensorflow.util import _executing_eagerly  # noqa: F401  (horovod.tensorflow has it; its tests call it)
 from hvd.tensorflow.optimizer import Reducer, keras_optimizer, local_layer_weights
 from hvd.tensorflow import elastic  # noqa: F401  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 from hvd.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
@@ -83,6 +84,18 @@ class _DistributedGradientTape(tf.GradientTape):
         """Keeps source's gradient local: not reduced, divided by the set's
         size unless scale_local_gradients=False (Horovod's)."""
         self._hvd_reducer.local.add(source.ref())
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None):
+        """Horovod's: the gradients of the registered local sources (kept
+        local, scaled as gradient() scales them) and of the others (reduced),
+        as two lists of (source, gradient)."""
+        flat_sources = tf.nest.flatten(sources)
+        grads = tf.nest.flatten(super(self.__class__, self).gradient(target, sources, output_gradients))
+        reduced = self._hvd_reducer(grads, flat_sources)
+        local, other = [], []
+        for source, grad in zip(flat_sources, reduced):
+            (local if source.ref() in self._hvd_reducer.local else other).append((source, grad))
+        return local, other
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='', compression=Compression.none,
@@ -227,10 +240,14 @@ def process_set_included_op(process_set_id=0, name=None):
 
 
 def broadcast_global_variables(root_rank):
-    """Horovod's TF1 helper; in TF2 eager mode (and inside tf.function) it
-    is refused as Horovod refuses it: broadcast the variables you hold."""
-    raise RuntimeError('hvd.broadcast_global_variables() does not support eager execution. '
-                       'Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.')
+    """Horovod's TF1 helper: in a graph, the op that broadcasts every global
+    variable (tf.compat.v1.global_variables()) from root_rank. In eager
+    mode it is refused as Horovod refuses it: broadcast the variables you
+    hold."""
+    if tf.executing_eagerly():
+        raise RuntimeError('hvd.broadcast_global_variables() does not support eager execution. '
+                           'Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.')
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=global_process_set):

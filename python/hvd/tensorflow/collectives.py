@@ -3,13 +3,17 @@ tf.Tensor (zero copy on the CPU, tf.py_function in graphs, their
 gradients), point-to-point, and the gradient reduction the wrappers
 (DistributedGradientTape, DistributedOptimizer, hvd.tensorflow.keras) share.
 hvd.tensorflow re-exports its public names; see its docstring."""
+import sys as _sys
+
 import numpy as _numpy
 import tensorflow as tf
 
 import hvd.numpy as _np_ops
 import hvd.tensorflow._plugin as _plugin
+from hvd.common import _abi
 from hvd.common import compression as _compression
 from hvd.common import dlpack as _dlpack
+from hvd.common.exceptions import HorovodInternalError
 from hvd.common.collectives import Collectives as _Collectives
 from hvd.common.handles import convert_result as _convert_result
 from hvd.numpy.arrays import NumpyArrays as _NumpyArrays
@@ -47,6 +51,66 @@ class Compression:
     """Horovod's Compression choices: Compression.none, Compression.fp16."""
     none = NoneCompressor
     fp16 = FP16Compressor
+
+
+class MismatchError(HorovodInternalError, tf.errors.FailedPreconditionError):
+    """Ranks called a collective with different shapes, dtypes or root
+    ranks. Horovod's TensorFlow ops raise tf.errors.FailedPreconditionError
+    for it; this is that and hvd's HorovodInternalError both, so an except
+    clause for either catches it."""
+
+    def __init__(self, message):
+        tf.errors.FailedPreconditionError.__init__(self, None, None, message)
+        self.args = (message,)
+        self.hvd_code = _abi.E_MISMATCH
+
+
+class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
+    """A collective's arguments are wrong on this rank (found before it
+    runs): Horovod's TensorFlow ops raise tf.errors.InvalidArgumentError;
+    this is that and the ValueError hvd raises elsewhere."""
+
+    def __init__(self, message):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+        self.args = (message,)
+
+
+def _is_mismatch(e):
+    return isinstance(e, HorovodInternalError) and getattr(e, 'hvd_code', None) == _abi.E_MISMATCH
+
+
+def _tf_error(e):
+    """The error Horovod's TensorFlow op would raise for hvd's e (e itself
+    when there is none)."""
+    if isinstance(e, tf.errors.OpError):
+        return e
+    if _is_mismatch(e):
+        return MismatchError(str(e))
+    if type(e) is ValueError:  # hvd's call-time argument errors
+        return InvalidArgumentError(str(e))
+    return e
+
+
+# A graph cannot raise a typed error from a tf.py_function (TensorFlow turns
+# every Python exception but a few built-in ones into UnknownError). A graph
+# collective that finds ranks disagreeing prints the message and returns a
+# status instead, and a tf.cond on it raises tf.errors.FailedPreconditionError,
+# as Horovod's op does: reading a variable that does not exist is an error of
+# that type. The status is an int32 tensor made once (a string output would
+# cost ~150 us a call; this costs ~25 us).
+_MISMATCH_VARIABLE = 'hvd_ranks_disagree_on_a_collective_see_the_message_printed_above'
+_status = {}
+
+
+def _status_tensor(code):
+    if code not in _status:
+        _status[code] = tf.constant(code, tf.int32)
+    return _status[code]
+
+
+def _raise_mismatch():
+    handle = tf.raw_ops.VarHandleOp(dtype=tf.int32, shape=[], shared_name=_MISMATCH_VARIABLE)
+    return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int32)
 
 
 def _tensor(x, what='tensor'):
@@ -158,15 +222,34 @@ def to_tf(arr, dtype):
 def _run(fn, inputs, touts):
     """Runs fn on the inputs as numpy arrays and returns tf tensors: at once
     in eager mode, as a tf.py_function inside a graph. fn returns one array
-    or a list of arrays (matching touts when touts is a list)."""
-    def call(*ts):
+    or a list of arrays (matching touts when touts is a list). Errors are
+    Horovod's TensorFlow ones (see _tf_error)."""
+    multi = isinstance(touts, (list, tuple))
+    tlist = list(touts) if multi else [touts]
+
+    def compute(*ts):
         out = fn(*[as_numpy(t) for t in ts])
-        if isinstance(touts, (list, tuple)):
-            return [to_tf(o, d) for o, d in zip(out, touts)]
-        return to_tf(out, touts)
+        return [to_tf(o, d) for o, d in zip(out if multi else [out], tlist)]
 
     if tf.executing_eagerly():
-        return call(*inputs)
+        try:
+            res = compute(*inputs)
+        except Exception as e:  # noqa: BLE001 (re-raised, typed as Horovod's)
+            typed = _tf_error(e)
+            if typed is e:
+                raise
+            raise typed from e
+        return res if multi else res[0]
+
+    def call(*ts):
+        try:
+            return compute(*ts) + [_status_tensor(0)]
+        except HorovodInternalError as e:
+            if not _is_mismatch(e):
+                raise
+            print('hvd: %s' % e, file=_sys.stderr, flush=True)
+            return [tf.zeros([0], d) for d in tlist] + [_status_tensor(1)]
+
     # Inside a graph the executor may run independent ops in any order, and
     # a tf.py_function blocks its thread until the collective completes: two
     # ranks running two collectives in different orders would wait on each
@@ -177,9 +260,12 @@ def _run(fn, inputs, touts):
     graph = tf.compat.v1.get_default_graph()
     last = getattr(graph, '_hvd_last_collective', None)
     with tf.control_dependencies([last] if last is not None else []):
-        out = tf.py_function(call, list(inputs), touts)
-    graph._hvd_last_collective = (out[0] if isinstance(out, (list, tuple)) else out).op
-    return out
+        outs = tf.py_function(call, list(inputs), tlist + [tf.int32])
+    check = tf.cond(outs[-1] > 0, _raise_mismatch, lambda: tf.constant(0))
+    with tf.control_dependencies([check]):
+        outs = [tf.identity(o) for o in outs[:-1]]
+    graph._hvd_last_collective = outs[0].op
+    return outs if multi else outs[0]
 
 
 try:  # TensorFlow >= 2.12
@@ -249,39 +335,81 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='', compressi
     """
     op = _np_ops.handle_average_backwards_compatibility(op, average)
     if isinstance(tensor, tf.IndexedSlices):
-        if op not in (Average, Sum):
-            raise NotImplementedError('Only Sum and Average ops are supported with tf.IndexedSlices')
-        values = allgather(tensor.values, name=_grad_name(name, 'values'), process_set=process_set)
-        indices = allgather(tensor.indices, name=_grad_name(name, 'indices'), process_set=process_set)
-        if op == Average:
-            values = values / tf.cast(process_set.size(), values.dtype)
-        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+        _check_sparse(op, prescale_factor, postscale_factor)
+        return _allreduce_sparse(tensor, name, op, process_set)
     t = _tensor(tensor)
     compressed, ctx = compression.compress(t)
     out = _allreduce(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(out, ctx)
 
 
+def _check_sparse(op, prescale_factor, postscale_factor):
+    if op not in (Average, Sum):
+        raise NotImplementedError('Only Sum and Average ops are supported with tf.IndexedSlices')
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise NotImplementedError('Pre/postscale_factor are not supported with tf.IndexedSlices')
+
+
+def _allreduce_sparse(tensor, name, op, process_set):
+    """tf.IndexedSlices reduced as Horovod does: values and indices
+    gathered, the values divided by the set's size for Average."""
+    values = allgather(tensor.values, name=_grad_name(name, 'values'), process_set=process_set)
+    indices = allgather(tensor.indices, name=_grad_name(name, 'indices'), process_set=process_set)
+    if op == Average:
+        values = tf.math.divide(values, tf.cast(process_set.size(), values.dtype))
+    return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+
+
+def _grouped_allreduce(tensors, name, op, prescale_factor, postscale_factor, process_set):
+    def run(xs):
+        outs = _run(lambda *arrs: _ops.grouped_allreduce(list(arrs), name=name, op=op,
+                                                            prescale_factor=prescale_factor,
+                                                            postscale_factor=postscale_factor,
+                                                            process_set=process_set),
+                    xs, [x.dtype for x in xs])
+        for o, x in zip(outs, xs):
+            o.set_shape(x.shape)
+        return outs
+
+    if not _needs_gradient():
+        return run(tensors)
+
+    @tf.custom_gradient
+    def fn(*xs):
+        def grad(*dys):
+            return _grouped_allreduce(list(dys), _grad_name(name, 'grad'), op, prescale_factor, postscale_factor,
+                                      process_set)
+
+        return run(list(xs)), grad
+
+    return list(fn(*tensors))
+
+
 def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='', compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set,
                       name=None, ignore_name_scope=False):
     """Allreduces a list of tensors as one group (negotiated together, fused
-    when they fit); returns a list."""
+    when they fit); returns a list. tf.IndexedSlices in the list are
+    reduced as allreduce reduces them (gathered), the others as one group."""
     op = _np_ops.handle_average_backwards_compatibility(op, average)
     if not tensors:
         return []
-    ts = [_tensor(t, 'tensors[%d]' % i) for i, t in enumerate(tensors)]
-    name = _graph_name('GroupedAllreduce', ts[0], name)
-    pairs = [compression.compress(t) for t in ts]
-    comp = [p[0] for p in pairs]
-    outs = _run(lambda *arrs: _ops.grouped_allreduce(list(arrs), name=name, op=op,
-                                                        prescale_factor=prescale_factor,
-                                                        postscale_factor=postscale_factor,
-                                                        process_set=process_set),
-                comp, [c.dtype for c in comp])
-    for o, c in zip(outs, comp):
-        o.set_shape(c.shape)
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+    sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
+    if sparse:
+        _check_sparse(op, prescale_factor, postscale_factor)
+    dense = [i for i in range(len(tensors)) if i not in set(sparse)]
+    out = [None] * len(tensors)
+    if dense:
+        ts = [_tensor(tensors[i], 'tensors[%d]' % i) for i in dense]
+        gname = _graph_name('GroupedAllreduce', ts[0], name)
+        pairs = [compression.compress(t) for t in ts]
+        reduced = _grouped_allreduce([p[0] for p in pairs], gname, op, prescale_factor, postscale_factor,
+                                     process_set)
+        for i, o, p in zip(dense, reduced, pairs):
+            out[i] = compression.decompress(o, p[1])
+    for i in sparse:
+        out[i] = _allreduce_sparse(tensors[i], _grad_name(name, 'sparse%d' % i), op, process_set)
+    return out
 
 
 # ---------------------------------------------------------------- allgather
@@ -294,21 +422,30 @@ def _allgather(tensor, name, process_set):
     @tf.custom_gradient
     def fn(x):
         y = _run(lambda a: _ops.allgather(a, name=name, process_set=process_set), [x], x.dtype)
-
-        def grad(dy):
-            # Horovod: average the gradient over the set, keep this rank's rows.
-            reduced = _allreduce(dy, _grad_name(name, 'grad'), Average, 1.0, 1.0, process_set)
-            rows = tf.shape(x, out_type=tf.int64)[:1]
-            counts = _run(lambda a: _ops.allgather(a, name=_grad_name(name, 'grad.rows'),
-                                                      process_set=process_set), [rows], tf.int64)
-            r = process_set.rank()
-            offset = tf.reduce_sum(counts[:r])
-            return tf.slice(reduced, tf.concat([[offset], tf.zeros([tf.rank(dy) - 1], tf.int64)], 0),
-                            tf.shape(x, out_type=tf.int64))
-
-        return y, grad
+        _gathered_shape(y, x)
+        return y, lambda dy: _allgather_grad(x, dy, name, process_set)
 
     return fn(tensor)
+
+
+def _gathered_shape(y, x):
+    """y (gathered, scattered or exchanged along dimension 0) has x's
+    dimensions after the first, as Horovod's ops declare."""
+    if x.shape.rank is not None and x.shape.rank > 0:
+        y.set_shape([None] + x.shape.as_list()[1:])
+
+
+def _allgather_grad(x, dy, name, process_set):
+    """Horovod's allgather gradient: the gradient averaged over the set,
+    this rank's rows of it."""
+    reduced = _allreduce(dy, _grad_name(name, 'grad'), Average, 1.0, 1.0, process_set)
+    rows = tf.shape(x, out_type=tf.int64)[:1]
+    counts = _run(lambda a: _ops.allgather(a, name=_grad_name(name, 'grad.rows'),
+                                              process_set=process_set), [rows], tf.int64)
+    r = process_set.rank()
+    offset = tf.reduce_sum(counts[:r])
+    return tf.slice(reduced, tf.concat([[offset], tf.zeros([tf.rank(dy) - 1], tf.int64)], 0),
+                    tf.shape(x, out_type=tf.int64))
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
@@ -323,8 +460,26 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
         return []
     ts = [_tensor(t, 'tensors[%d]' % i) for i, t in enumerate(tensors)]
     name = _graph_name('GroupedAllgather', ts[0], name)
-    return _run(lambda *arrs: _ops.grouped_allgather(list(arrs), name=name, process_set=process_set),
-                ts, [t.dtype for t in ts])
+
+    def run(xs):
+        outs = _run(lambda *arrs: _ops.grouped_allgather(list(arrs), name=name, process_set=process_set),
+                    xs, [x.dtype for x in xs])
+        for o, x in zip(outs, xs):
+            _gathered_shape(o, x)
+        return outs
+
+    if not _needs_gradient():
+        return run(ts)
+
+    @tf.custom_gradient
+    def fn(*xs):
+        def grad(*dys):
+            return [_allgather_grad(x, dy, _grad_name(name, str(i)), process_set)
+                    for i, (x, dy) in enumerate(zip(xs, dys))]
+
+        return run(list(xs)), grad
+
+    return list(fn(*ts))
 
 
 # ---------------------------------------------------------------- broadcast
@@ -356,17 +511,28 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Broadcasts tf.Variables in place from root_rank; returns their values."""
-    broadcast_variables(variables, root_rank, process_set=process_set, name=name)
-    return [v.read_value() for v in variables]
+    """Broadcasts tf.Variables in place from root_rank; returns their values
+    (in a graph: tensors that assign them when evaluated)."""
+    assigned = _broadcast_assign(variables, root_rank, process_set, name)
+    if tf.executing_eagerly():
+        return [v.read_value() for v in variables]
+    return assigned
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False, name=None):
     """Assigns root_rank's values to the variables on every member of the
-    set (one grouped set of broadcasts, named after the variables)."""
+    set (one grouped set of broadcasts, named after the variables). In a
+    graph it returns the op that does it, as Horovod's."""
+    assigned = _broadcast_assign(variables, root_rank, process_set, name)
+    if not tf.executing_eagerly():
+        return tf.group(*assigned) if assigned else tf.no_op()
+    return None
+
+
+def _broadcast_assign(variables, root_rank, process_set, name):
     variables = list(variables)
     if not variables:
-        return
+        return []
     prefix = name or 'broadcast_variables'
     values = [_tensor(v.read_value() if hasattr(v, 'read_value') else v, 'variables[%d]' % i)
               for i, v in enumerate(variables)]
@@ -377,8 +543,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         return [_np_ops.synchronize(h) for h in handles]
 
     outs = _run(bcast, values, [v.dtype for v in values])
-    for v, o in zip(variables, outs):
-        v.assign(tf.reshape(o, tf.shape(v)))
+    return [v.assign(tf.reshape(o, tf.shape(v))) for v, o in zip(variables, outs)]
 
 
 # ----------------------------------------------------------------- alltoall
@@ -402,6 +567,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     @tf.custom_gradient
     def fn(x):
         out, received = _run(call, [x, sp], [x.dtype, tf.int32])
+        _gathered_shape(out, x)
+        received.set_shape([process_set.size()])
         received_box.append(received)
 
         def grad(dy):
@@ -430,16 +597,17 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
         y = _run(lambda a: _ops.reducescatter(a, name=name, op=op, process_set=process_set,
                                                  prescale_factor=prescale_factor,
                                                  postscale_factor=postscale_factor), [x], x.dtype)
-
-        def grad(dy):
-            if op == Sum:
-                dy = dy * tf.cast(process_set.size(), dy.dtype)
-            return _allgather(dy * tf.cast(prescale_factor * postscale_factor, dy.dtype),
-                              _grad_name(name, 'grad'), process_set)
-
-        return y, grad
+        _gathered_shape(y, x)
+        return y, lambda dy: _reducescatter_grad(dy, name, op, prescale_factor, postscale_factor, process_set)
 
     return compression.decompress(fn(compressed), ctx)
+
+
+def _reducescatter_grad(dy, name, op, prescale_factor, postscale_factor, process_set):
+    if op == Sum:
+        dy = dy * tf.cast(process_set.size(), dy.dtype)
+    return _allgather(dy * tf.cast(prescale_factor * postscale_factor, dy.dtype),
+                      _grad_name(name, 'grad'), process_set)
 
 
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average, name=None,
@@ -452,10 +620,29 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
     name = _graph_name('GroupedReducescatter', ts[0], name)
     pairs = [compression.compress(t) for t in ts]
     comp = [p[0] for p in pairs]
-    outs = _run(lambda *arrs: _ops.grouped_reducescatter(list(arrs), name=name, op=op, process_set=process_set,
-                                                            prescale_factor=prescale_factor,
-                                                            postscale_factor=postscale_factor),
-                comp, [c.dtype for c in comp])
+
+    def run(xs):
+        outs = _run(lambda *arrs: _ops.grouped_reducescatter(list(arrs), name=name, op=op,
+                                                                process_set=process_set,
+                                                                prescale_factor=prescale_factor,
+                                                                postscale_factor=postscale_factor),
+                    xs, [x.dtype for x in xs])
+        for o, x in zip(outs, xs):
+            _gathered_shape(o, x)
+        return outs
+
+    if not _needs_gradient():
+        outs = run(comp)
+    else:
+        @tf.custom_gradient
+        def fn(*xs):
+            def grad(*dys):
+                return [_reducescatter_grad(dy, _grad_name(name, str(i)), op, prescale_factor, postscale_factor,
+                                            process_set) for i, dy in enumerate(dys)]
+
+            return run(list(xs)), grad
+
+        outs = list(fn(*comp))
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 

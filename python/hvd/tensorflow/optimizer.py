@@ -41,6 +41,13 @@ def local_layer_weights(local_layers, what):
     return weights
 
 
+def _divide(grad, n):
+    """grad / n, for a tf.IndexedSlices too (an embedding's gradient)."""
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(grad.values / n, grad.indices, dense_shape=grad.dense_shape)
+    return grad / n
+
+
 class Reducer:
     """Reduces gradients matched to their variables (or tape sources),
     leaving local ones out (the optimizers here and DistributedGradientTape)."""
@@ -62,7 +69,7 @@ class Reducer:
         if self.local_scale > 1:
             for i, v in enumerate(variables):
                 if v is not None and v.ref() in self.local and out[i] is not None:
-                    out[i] = out[i] / self.local_scale
+                    out[i] = _divide(out[i], self.local_scale)
         return out
 
 
