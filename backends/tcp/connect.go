@@ -265,18 +265,13 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 			conns[r.peer], secs[r.peer] = r.conn, r.sec
 		case <-ctx.Done():
 			if firstErr == nil {
-				missing := []string{}
+				var missing []int
 				for p := range conns {
 					if p != c.rank && conns[p] == nil {
-						m := strconv.Itoa(p)
-						if g := c.globalOf(p); g >= 0 && g != p {
-							m += fmt.Sprintf(" (global rank %d)", g)
-						}
-						missing = append(missing, m)
+						missing = append(missing, p)
 					}
 				}
-				firstErr = fmt.Errorf("hvd: tcp: rank %d could not connect to rank(s) %s of communicator %q within %v: are they running and reachable? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if start-up is slow)",
-					c.rank, strings.Join(missing, ", "), cfg.Prefix, cfg.ConnectTimeout)
+				firstErr = c.notConnectedError(missing, cfg.ConnectTimeout)
 			}
 			i = c.size // stop waiting
 		}
@@ -329,6 +324,20 @@ func (c *Comm) establish(ctx context.Context, cfg *Config) error {
 		c.peers[p] = pp
 	}
 	return nil
+}
+
+// notConnectedError says that the missing ranks did not connect within
+// timeout.
+func (c *Comm) notConnectedError(missing []int, timeout time.Duration) error {
+	names := make([]string, len(missing))
+	for i, p := range missing {
+		names[i] = strconv.Itoa(p)
+		if g := c.globalOf(p); g >= 0 && g != p {
+			names[i] += fmt.Sprintf(" (global rank %d)", g)
+		}
+	}
+	return fmt.Errorf("hvd: tcp: rank %d could not connect to rank(s) %s of communicator %q within %v: are they running and reachable? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if start-up is slow)",
+		c.rank, strings.Join(names, ", "), c.prefix, timeout)
 }
 
 // dialPeer connects to peer at addr (nil: read it from the store first).

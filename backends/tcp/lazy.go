@@ -6,8 +6,6 @@ import (
 	"math/bits"
 	"net"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -378,15 +376,7 @@ func (c *Comm) awaitPeers(ctx context.Context, ranks []int) error {
 			ms = max(min(int(time.Until(d)/time.Millisecond)+1, 100), 1)
 		}
 		if ctx.Err() != nil {
-			names := make([]string, len(missing))
-			for i, p := range missing {
-				names[i] = strconv.Itoa(p)
-				if g := c.globalOf(p); g >= 0 && g != p {
-					names[i] += fmt.Sprintf(" (global rank %d)", g)
-				}
-			}
-			return fmt.Errorf("hvd: tcp: rank %d could not connect to rank(s) %s of communicator %q within %v: are they running and reachable? (raise HOROVOD_GLOO_TIMEOUT_SECONDS if start-up is slow)",
-				c.rank, strings.Join(names, ", "), c.prefix, c.connectTimeout)
+			return c.notConnectedError(missing, c.connectTimeout)
 		}
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 		unix.Poll(pfd, ms)

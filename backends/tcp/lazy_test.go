@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -351,5 +352,36 @@ func TestLazyPeerDeathDuringAllreduce(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A rank that never starts: the partners that wait for it fail New within
+// the connect timeout, naming it (the others start and would meet it on
+// first use).
+func TestLazyMissingPartnerTimesOut(t *testing.T) {
+	st := backends.NewMemStore()
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := New(context.Background(), Config{Store: st, Prefix: "lazymissing", Rank: r, Size: 4, FullMeshMax: 1, ConnectTimeout: 500 * time.Millisecond})
+			if err == nil {
+				defer c.Close()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("took %v", d)
+	}
+	for r, err := range errs {
+		waits := slices.Contains(Partners(3, 4), r)
+		if waits != (err != nil) || (err != nil && !strings.Contains(err.Error(), "rank(s) 3")) {
+			t.Errorf("rank %d (partner of 3: %v): %v", r, waits, err)
+		}
 	}
 }
