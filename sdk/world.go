@@ -10,6 +10,13 @@
 // Shutdown and Current manage a process-wide World as Horovod's hvd.init()
 // does; Start gives an independent World (several in one process run ranks
 // as goroutines in tests).
+//
+// Its parts, below it: sdk/internal/wiring builds a world's store (with the
+// MPI bootstrap as an explicit dependency) and each set's communicators
+// through the backend registry; sdk/internal/engine runs a set's
+// negotiation and collectives; sdk/elastic is the elastic worker's protocol
+// with hvdrun's driver (Worker, Run and State here are its public API);
+// sdk/rendezvous is the store and the launch contract.
 package sdk
 
 import (
