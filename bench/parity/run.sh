@@ -57,7 +57,8 @@ find "$WORK/test" -name '*.py' -exec sed -i -E \
 # Environment shims, not changes to the tests: Horovod 0.28.1's TF tests
 # were written for Keras up to 2.12; under TensorFlow 2.15 tf.keras has no
 # __version__ and keras.optimizers.legacy no longer re-exports optimizer_v2
-# (keras.src.optimizers.legacy has it), both read at import.
+# (keras.src.optimizers.legacy has it), both read at import; and two more
+# below.
 if [ "$FW" = tensorflow ]; then
   cat > "$WORK/test/parallel/conftest.py" <<'PYEOF'
 import keras
@@ -68,6 +69,12 @@ if not hasattr(tf.keras, '__version__'):
 if not hasattr(keras.optimizers.legacy, 'optimizer_v2'):
     from keras.src.optimizers.legacy import optimizer_v2
     keras.optimizers.legacy.optimizer_v2 = optimizer_v2
+# test_tensorflow2_keras.py's test_elastic_state builds its optimizer with
+# `keras.optimizers.legacy.Optimizer.Adam(...)` (from its import for Keras
+# >= 2.11), an attribute no Keras has: give the class the legacy Adam so the
+# line means what it was written for.
+if not hasattr(keras.optimizers.legacy.Optimizer, 'Adam'):
+    keras.optimizers.legacy.Optimizer.Adam = keras.optimizers.legacy.Adam
 # The only reachable copy of test_tensorflow.py v0.28.1 is Intel's fork of
 # it, which asks hvd.sycl_built() (Intel's addition; False off Intel GPUs).
 import hvd.tensorflow
