@@ -22,14 +22,14 @@ import (
 //     the status exchange (ReduceStatus), which small allreduces, the
 //     barrier, and the control messages and small broadcasts from rank 0
 //     (GatherMsgs, BcastMsg, Broadcast: trees, see tree) use too:
-//     ⌈log2 n⌉ connections at most, 10 at 1,024 ranks instead of 1,023. A point-to-point communicator
+//     ⌈log2 n⌉ connections at most, 10 at 1,024 ranks instead of 1,023;
+//     and its ring neighbours (RingNeighbours: one more, rank ^ 1 is a
+//     partner), for the rings of large operations and of the status
+//     allgather (ConnectedAtStart). A point-to-point communicator
 //     (Config.OnFirstUse) connects none at New;
 //   - anything else on first use, authenticated exactly like the mesh's
-//     connections: the ring neighbours of large allreduces, allgathers,
-//     reducescatters and the broadcast chain (one more: rank ^ 1 is a
-//     partner), the tree of a small broadcast or control message from
-//     another root,
-//     and every peer of point-to-point and alltoall.
+//     connections: the tree of a small broadcast or control message from
+//     another root, and every peer of point-to-point and alltoall.
 //
 // Only the higher rank of a pair dials (as in the mesh), so two ranks can
 // never dial each other at once: a transfer to or from a lower rank not yet
@@ -72,8 +72,13 @@ func Partners(rank, size int) []int {
 // ConnectedAtStart returns the peers rank connects to at New in a set of
 // size members built with fullMeshMax (0: DefaultFullMeshMax) and
 // onFirstUse (Config's fields): every other member for a full mesh, else
-// its Partners, or none with onFirstUse. New follows it (the simulator
-// counts connections with it).
+// its Partners and RingNeighbours, or none with onFirstUse. New follows it
+// (the simulator counts connections with it). The ring neighbours are
+// there at New because the status exchange of a set that is not a full
+// mesh but under the engine's tree size (a lowered HVD_TCP_FULL_MESH_MAX)
+// is the ring allgather, and it must wake idle members: each member's
+// first send goes to its right neighbour, which an idle member would
+// never dial.
 func ConnectedAtStart(rank, size, fullMeshMax int, onFirstUse bool) []int {
 	if fullMeshMax <= 0 {
 		fullMeshMax = DefaultFullMeshMax
@@ -90,7 +95,9 @@ func ConnectedAtStart(rank, size, fullMeshMax int, onFirstUse bool) []int {
 	if onFirstUse {
 		return nil
 	}
-	return Partners(rank, size)
+	out := append(Partners(rank, size), RingNeighbours(rank, size)...)
+	slices.Sort(out)
+	return out
 }
 
 // RingNeighbours are the peers the ring algorithms add to Partners: rank ± 1

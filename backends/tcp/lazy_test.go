@@ -41,13 +41,13 @@ func TestLazyConformance(t *testing.T) {
 	}
 }
 
-// What a communicator that is not a full mesh connects: its Partners at
-// New; nothing more for what the engine does every round (status
-// exchange, control messages to and from rank 0, small allreduces and
-// broadcasts from rank 0, barrier); the ring neighbours for large
-// allreduces, allgathers, reducescatters and broadcasts; peers within
-// distance 2^k of another root for its small broadcasts; every peer for
-// alltoall. Fails with the full mesh's direct algorithms (they connect
+// What a communicator that is not a full mesh connects: its Partners and
+// ring neighbours at New; nothing more for what the engine does every
+// round (status exchange, control messages to and from rank 0, small
+// allreduces and broadcasts from rank 0, barrier) nor for the large
+// allreduces, allgathers, reducescatters and broadcasts (rings); peers
+// within distance 2^k of another root for its small broadcasts; every peer
+// for alltoall. Fails with the full mesh's direct algorithms (they connect
 // every pair).
 func TestLazyConnectsPartnersOnly(t *testing.T) {
 	for _, n := range []int{8, 13} {
@@ -69,8 +69,8 @@ func TestLazyConnectsPartnersOnly(t *testing.T) {
 					}
 				}
 			}
-			partners := func(r int) []int { return Partners(r, n) }
-			check("after New", partners)
+			atStart := func(r int) []int { return ConnectedAtStart(r, n, 1, false) }
+			check("after New", atStart)
 			if p := Partners(5, n); len(p) > bits.Len(uint(n-1)) {
 				t.Fatalf("rank 5 has %d partners %v, more than ceil(log2 %d)", len(p), p, n)
 			}
@@ -93,12 +93,8 @@ func TestLazyConnectsPartnersOnly(t *testing.T) {
 				}
 				return c.Barrier()
 			})
-			check("after an engine round", partners)
-			ring := func(r int) []int {
-				out := append(Partners(r, n), RingNeighbours(r, n)...)
-				slices.Sort(out)
-				return out
-			}
+			check("after an engine round", atStart)
+			ring := atStart
 			step("large ops", func(c *Comm) error {
 				const size = 1 << 20
 				if err := c.Allreduce(make([]byte, size), backends.Float32, backends.Sum); err != nil {
@@ -355,7 +351,7 @@ func TestLazyPeerDeathDuringAllreduce(t *testing.T) {
 	}
 }
 
-// A rank that never starts: the partners that wait for it fail New within
+// A rank that never starts: the ranks that connect it at New fail within
 // the connect timeout, naming it (the others start and would meet it on
 // first use).
 func TestLazyMissingPartnerTimesOut(t *testing.T) {
@@ -379,9 +375,40 @@ func TestLazyMissingPartnerTimesOut(t *testing.T) {
 		t.Fatalf("took %v", d)
 	}
 	for r, err := range errs {
-		waits := slices.Contains(Partners(3, 4), r)
+		waits := slices.Contains(ConnectedAtStart(r, 4, 1, false), 3)
 		if waits != (err != nil) || (err != nil && !strings.Contains(err.Error(), "rank(s) 3")) {
-			t.Errorf("rank %d (partner of 3: %v): %v", r, waits, err)
+			t.Errorf("rank %d (connects 3 at New: %v): %v", r, waits, err)
+		}
+	}
+}
+
+// On a fresh communicator that is not a full mesh, a status exchange that
+// rank 0 starts wakes every idle member, by AllgatherStatus (the ring: its
+// neighbours are connected at New, so each member's first send reaches an
+// idle one) and by ReduceStatus (partners).
+func TestLazyStatusWakesIdleOnFreshComm(t *testing.T) {
+	for _, n := range []int{5, 8} {
+		for _, reduce := range []bool{false, true} {
+			t.Run(fmt.Sprintf("np%d/reduce=%v", n, reduce), func(t *testing.T) {
+				comms := newComms(t, n, lazy)
+				errs := runAll(comms, func(c *Comm) error {
+					if c.Rank() == 0 {
+						time.Sleep(30 * time.Millisecond)
+					} else if in, err := c.Idle(5 * time.Second); err != nil || !in {
+						return fmt.Errorf("not woken: incoming=%v err=%v", in, err)
+					}
+					if reduce {
+						_, err := c.ReduceStatus(make([]byte, 8), func(lo, hi []byte) []byte { return slices.Clone(lo) })
+						return err
+					}
+					return c.AllgatherStatus(make([]byte, 8), make([]byte, 8*n))
+				})
+				for r, err := range errs {
+					if err != nil {
+						t.Errorf("rank %d: %v", r, err)
+					}
+				}
+			})
 		}
 	}
 }

@@ -73,32 +73,25 @@ func CountConnections(m Model, n int) Connections {
 
 // heldConnections is the most TCP connections a rank of the global set of
 // n ranks holds after a training step, each TCP communicator of size
-// members above meshMax connecting what backends/tcp connects at New
-// (tcp.ConnectedAtStart) and what the step then uses. The set has two
-// communicators (the engine's, and the point-to-point one a step does not
-// use), each a backends/hier.Comm when the set spans hosts: a flat TCP
-// communicator over the n members and one over the H ranks of its local
-// rank (the leaders for local rank 0), shared memory inside the host (no
-// TCP). The engine's cross-host communicator carries the hierarchical
-// allreduce's ring, which adds the ring neighbours (tcp.RingNeighbours)
-// on first use; its flat one serves the status exchange, the control
-// messages and the barrier, all on its partners.
+// members above meshMax holding what backends/tcp connects at New
+// (tcp.ConnectedAtStart: its recursive-doubling partners and ring
+// neighbours), which is all a step uses (the status exchange, control
+// messages and barrier on the flat one; the hierarchical allreduce's ring
+// on the cross-host one). The set has two communicators (the engine's, and
+// the point-to-point one a step does not use), each a backends/hier.Comm
+// when the set spans hosts: a flat TCP communicator over the n members and
+// one over the H ranks of its local rank (the leaders for local rank 0),
+// shared memory inside the host (no TCP).
 func heldConnections(m Model, n, meshMax int) int {
 	L, H := min(m.HostSize, n), m.Hosts(n)
 	if H < 2 {
 		return 0 // one host: shared memory
 	}
-	held := func(rank, size int, p2p, ring bool) int {
-		k := len(tcp.ConnectedAtStart(rank, size, meshMax, p2p))
-		if ring && size > meshMax {
-			k += len(tcp.RingNeighbours(rank, size))
-		}
-		return k
-	}
+	held := func(rank, size int, p2p bool) int { return len(tcp.ConnectedAtStart(rank, size, meshMax, p2p)) }
 	most := 0
 	for r := range n {
 		h := r / L // the hosts are filled in rank order
-		k := held(r, n, false, false) + held(r, n, true, false) + held(h, H, false, true) + held(h, H, true, false)
+		k := held(r, n, false) + held(r, n, true) + held(h, H, false) + held(h, H, true)
 		most = max(most, k)
 	}
 	return most
