@@ -91,3 +91,70 @@ func checkInto(op string, t, out Tensor, o ReduceOptions) error {
 	}
 	return o.check(op, t)
 }
+
+// AllreduceManyIntoAsync enqueues one allreduce per tensor — ts[i] into
+// outs[i] (same dtype and shape, may alias), named names[i] ("" takes an
+// automatic name), with priority prios[i] and o's op and scaling — as
+// len(ts) AllreduceIntoAsync calls would, but in one submission to the
+// engine: one lock, one wake-up (a framework's gradients of one backward
+// pass, issue 27). Every op is checked before any is enqueued; on an error
+// none is. Each op gets its own handle, as from AllreduceIntoAsync.
+//
+// With drive, when the set's engine is only polling for work, the calling
+// goroutine (locked to a C caller's thread) runs the rounds until the last
+// op completes, so that the engine goroutine does not start them between
+// the enqueue and the caller's wait (see AllreduceIntoDriving).
+func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, prios []int, o ReduceOptions, drive bool) ([]*Handle, error) {
+	const op = "allreduce"
+	if len(outs) != len(ts) || len(names) != len(ts) || len(prios) != len(ts) {
+		return nil, fmt.Errorf("%w: %s: %d tensors, %d outputs, %d names, %d priorities", ErrInvalidArgument, op,
+			len(ts), len(outs), len(names), len(prios))
+	}
+	if len(ts) == 0 {
+		return nil, nil
+	}
+	ops := make([]*engine.Op, len(ts))
+	for i, t := range ts {
+		oi := o
+		oi.Name, oi.Priority = names[i], prios[i]
+		if err := checkInto(op, t, outs[i], oi); err != nil {
+			return nil, fmt.Errorf("%w (tensor %d of %d, %q)", err, i+1, len(ts), names[i])
+		}
+		ops[i] = ps.reduceOp(engine.Allreduce, t, outs[i], oi, ps.fullName(op, names[i]))
+	}
+	held := drive && ps != nil && ps.w != nil && ps.eng != nil && ps.eng.TryHold()
+	h, err := ps.enqueue(op, ops...)
+	if held {
+		var last *engine.Handle
+		if err == nil {
+			last = ops[len(ops)-1].Handle()
+		}
+		ps.eng.DriveHeld(last)
+	}
+	if err != nil {
+		return nil, err
+	}
+	hs := make([]*Handle, len(ops))
+	for i := range ops {
+		hs[i] = &Handle{ps: h.ps, op: op, ops: ops[i : i+1]}
+	}
+	return hs, nil
+}
+
+// WaitMany waits for every handle in order and returns the first error met
+// (the handles after it are not waited for). With drive each wait is
+// WaitDriving's (the caller runs rounds while the engine only polls),
+// otherwise Wait's.
+func WaitMany(hs []*Handle, drive bool) error {
+	mode := waitPlain
+	if drive {
+		mode = waitDriving
+	}
+
+	for _, h := range hs {
+		if _, err := h.wait(mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -11,7 +11,7 @@ import (
 import "C"
 
 // specVersion is the ABI version the Python package checks at load time.
-const specVersion = 4
+const specVersion = 5
 
 // Error codes; functions return them negated.
 const (
@@ -422,6 +422,22 @@ func hvd_grouped_allreduce_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, 
 	return C.int64_t(v)
 }
 
+// hvd_allreduce_many_async enqueues n independent allreduces (tensor i into output i, named name i, with priority i: what n allreduce_async calls do) in one call and one wake-up of the engine; all are checked before any is enqueued; returns the first of n consecutive handles. drive: when the engine is only polling for work, the calling thread runs the rounds until the last of them completes.
+//
+//export hvd_allreduce_many_async
+func hvd_allreduce_many_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, outputs *unsafe.Pointer, outputsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, names *C.char, nameLens *C.int32_t, nameLensLen C.int64_t, priorities *C.int32_t, prioritiesLen C.int64_t, drive C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int64_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_allreduce_many_async: %v", r)))
+		}
+	}()
+	v, err := implAllreduceManyAsync(goPtrs(tensors, tensorsLen), goPtrs(outputs, outputsLen), goInt32s(dtypes, dtypesLen), goInt32s(ndims, ndimsLen), goInt64s(shapes, shapesLen), int32(op), float64(prescale), float64(postscale), int32(processSet), C.GoString(names), goInt32s(nameLens, nameLensLen), goInt32s(priorities, prioritiesLen), drive != 0)
+	if err != nil {
+		return C.int64_t(-setError(errBuf, errLen, err))
+	}
+	return C.int64_t(v)
+}
+
 // hvd_allgather_async enqueues an allgather along dimension 0; the output is read with handle_output_*.
 //
 //export hvd_allgather_async
@@ -640,6 +656,38 @@ func hvd_wait(handle C.int64_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t
 		}
 	}()
 	v, err := implWait(int64(handle))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_wait_many blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: the calling thread runs rounds when the engine is only polling.
+//
+//export hvd_wait_many
+func hvd_wait_many(handles *C.int64_t, handlesLen C.int64_t, drive C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_wait_many: %v", r)))
+		}
+	}()
+	v, err := implWaitMany(goInt64s(handles, handlesLen), drive != 0)
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
+// hvd_release_many forgets every handle given (after wait_many); an unknown one is an error after the others are forgotten.
+//
+//export hvd_release_many
+func hvd_release_many(handles *C.int64_t, handlesLen C.int64_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_release_many: %v", r)))
+		}
+	}()
+	v, err := implReleaseMany(goInt64s(handles, handlesLen))
 	if err != nil {
 		return C.int32_t(-setError(errBuf, errLen, err))
 	}

@@ -552,3 +552,80 @@ func implStopTimeline() (int32, error) {
 	}
 	return 0, w.StopTimeline()
 }
+
+func implAllreduceManyAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, op int32, pre, post float64, set int32, names string, nameLens []int32, prios []int32, drive bool) (int64, error) {
+	_, ps, err := processSet(set)
+	if err != nil {
+		return 0, err
+	}
+	ts, err := tensorsAt(ins, dtypes, ndims, shapes)
+	if err != nil {
+		return 0, err
+	}
+	os, err := tensorsAt(outs, dtypes, ndims, shapes)
+	if err != nil {
+		return 0, err
+	}
+	if len(nameLens) != len(ts) || len(prios) != len(ts) {
+		return 0, fmt.Errorf("%w: %d tensors, %d name lengths, %d priorities", sdk.ErrInvalidArgument, len(ts), len(nameLens), len(prios))
+	}
+	if len(ts) == 0 {
+		return 0, fmt.Errorf("%w: allreduce_many_async: no tensors", sdk.ErrInvalidArgument)
+	}
+	ns := make([]string, len(ts))
+	ps32 := make([]int, len(ts))
+	off := 0
+	for i, l := range nameLens {
+		if l < 0 || off+int(l) > len(names) {
+			return 0, fmt.Errorf("%w: name %d: %d bytes do not fit the %d bytes of names given", sdk.ErrInvalidArgument, i, l, len(names))
+		}
+		ns[i] = names[off : off+int(l)]
+		off += int(l)
+		ps32[i] = int(prios[i])
+	}
+	if off != len(names) {
+		return 0, fmt.Errorf("%w: the name lengths add up to %d bytes, the names given are %d", sdk.ErrInvalidArgument, off, len(names))
+	}
+	hs, err := ps.AllreduceManyIntoAsync(ts, os, ns, ps32, reduceOpts(op, pre, post, "", 0), drive)
+	if err != nil {
+		return 0, err
+	}
+	// n consecutive ids, the first returned.
+	handles.Lock()
+	defer handles.Unlock()
+	first := handles.next + 1
+	for _, h := range hs {
+		handles.next++
+		handles.m[handles.next] = h
+	}
+	return first, nil
+}
+
+func implWaitMany(ids []int64, drive bool) (int32, error) {
+	hs := make([]*sdk.Handle, len(ids))
+	for i, id := range ids {
+		h, err := getHandle(id)
+		if err != nil {
+			return 0, err
+		}
+		hs[i] = h
+	}
+	return 0, sdk.WaitMany(hs, drive)
+}
+
+func implReleaseMany(ids []int64) (int32, error) {
+	handles.Lock()
+	defer handles.Unlock()
+	var missing []int64
+	for _, id := range ids {
+		if _, ok := handles.m[id]; !ok {
+			missing = append(missing, id)
+			continue
+		}
+		delete(handles.m, id)
+	}
+	if len(missing) > 0 {
+		return 0, fmt.Errorf("%w %v", errUnknownHandle, missing)
+	}
+	return 0, nil
+}

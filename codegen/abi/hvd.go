@@ -4,7 +4,7 @@ package abi
 // (Go) and python/hvd/common/_abi.py (ctypes) are generated from. Bump
 // Version whenever a function, argument, code or value changes meaning.
 var HVD = Spec{
-	Version:   4,
+	Version:   5,
 	Prefix:    "hvd_",
 	GoPackage: "github.com/hvdorg/hvd/cmd/libhvd",
 	Errors: []ErrorCode{
@@ -83,6 +83,12 @@ var HVD = Spec{
 			Args: []Arg{{"tensors", Ptrs, ""}, {"outputs", Ptrs, ""}, {"dtypes", Int32s, ""}, {"ndims", Int32s, "rank of each tensor"}, {"shapes", Int64s, "every shape, concatenated"},
 				{"op", Int32, ""}, {"prescale", Float64, ""}, {"postscale", Float64, ""}, {"process_set", Int32, ""}, {"name", String, ""}, {"priority", Int32, "among tensors ready together, higher first (0: Horovod's order)"}},
 			Returns: Int64, Errors: true, Phase: PhaseCall, Defaults: map[string]string{"priority": "0"}},
+		{Name: "allreduce_many_async", Doc: "enqueues n independent allreduces (tensor i into output i, named name i, with priority i: what n allreduce_async calls do) in one call and one wake-up of the engine; all are checked before any is enqueued; returns the first of n consecutive handles. drive: when the engine is only polling for work, the calling thread runs the rounds until the last of them completes",
+			Args: []Arg{{"tensors", Ptrs, ""}, {"outputs", Ptrs, "same dtype and shape as each tensor (may be the tensor: in place)"}, {"dtypes", Int32s, ""}, {"ndims", Int32s, "rank of each tensor"}, {"shapes", Int64s, "every shape, concatenated"},
+				{"op", Int32, "REDUCE_OP"}, {"prescale", Float64, ""}, {"postscale", Float64, ""}, {"process_set", Int32, ""},
+				{"names", String, "every name (UTF-8), concatenated; an empty one: automatic"}, {"name_lens", Int32s, "the byte length of each name"},
+				{"priorities", Int32s, "each op's priority"}, {"drive", Bool, ""}},
+			Returns: Int64, Errors: true, Phase: PhaseCall},
 		{Name: "allgather_async", Doc: "enqueues an allgather along dimension 0; the output is read with handle_output_*",
 			Args:    []Arg{{"tensor", Ptr, ""}, {"dtype", Int32, ""}, {"shape", Int64s, ""}, {"process_set", Int32, ""}, {"name", String, ""}, {"priority", Int32, "among tensors ready together, higher first (0: Horovod's order)"}},
 			Returns: Int64, Errors: true, Phase: PhaseCall, Defaults: map[string]string{"priority": "0"}},
@@ -122,6 +128,10 @@ var HVD = Spec{
 			Args: []Arg{{"handle", Int64, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "wait", Doc: "blocks until the op completes; its error, if any",
 			Args: []Arg{{"handle", Int64, ""}}, Returns: Int32, Errors: true, Phase: PhaseSync},
+		{Name: "wait_many", Doc: "blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: the calling thread runs rounds when the engine is only polling",
+			Args: []Arg{{"handles", Int64s, ""}, {"drive", Bool, ""}}, Returns: Int32, Errors: true, Phase: PhaseSync},
+		{Name: "release_many", Doc: "forgets every handle given (after wait_many); an unknown one is an error after the others are forgotten",
+			Args: []Arg{{"handles", Int64s, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "handle_num_outputs", Doc: "number of outputs of a completed op (1, or the group size)",
 			Args: []Arg{{"handle", Int64, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "handle_output_shape", Doc: "shape of output index of a completed op; returns its number of dimensions",

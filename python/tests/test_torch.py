@@ -665,7 +665,10 @@ def test_optimizer_averages_gradients():
                                 dict(compression=hvd.Compression.fp16), dict(gradient_predivide_factor=2.0),
                                 dict(priorities='layer_order'), dict(priorities='layer_order', groups=2),
                                 dict(priorities={'0.weight': 5, '2.bias': -1}),
-                                dict(priorities=lambda name, p: 3 if name.endswith('weight') else R)])
+                                dict(priorities=lambda name, p: 3 if name.endswith('weight') else R),
+                                dict(bucket_bytes=0), dict(bucket_bytes=1), dict(bucket_bytes=40),
+                                dict(bucket_bytes=40, compression=hvd.Compression.fp16),
+                                dict(bucket_bytes=40, priorities='layer_order')])
 def test_optimizer_variants(kw):
     model = make_model()
     kw = dict(kw)
@@ -707,6 +710,62 @@ def test_optimizer_backward_passes_per_step():
             with pytest.raises(AssertionError):
                 torch.nn.functional.mse_loss(model(x), y).backward()
     opt.synchronize()
+
+
+@pytest.mark.parametrize('bucket,calls', [(25 << 20, 1), (20, 2), (1, 4), (0, 0)])
+def test_optimizer_bucketed_launches(monkeypatch, bucket, calls):
+    """bucket_bytes: the gradients of one backward pass are handed to the
+    library together (one allreduce_many_async call per full bucket and one
+    when backward ends); 0 launches each from its hook, as Horovod does.
+    The model's gradients, in the order backward produces them: 2.bias (4 B),
+    2.weight (16 B), 0.bias (16 B), 0.weight (48 B)."""
+    from hvd.torch import optimizer as optmod
+    seen = []
+    real = optmod._c.allreduce_many_async_
+
+    def counting(tensors, names, *args, **kwargs):
+        seen.append(list(names))
+        return real(tensors, names, *args, **kwargs)
+
+    monkeypatch.setattr(optmod._c, 'allreduce_many_async_', counting)
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), bucket_bytes=bucket)
+    x, y = local_data(R, seed=4)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    # Every launch happened by the end of backward (none is left to step()).
+    assert len(seen) == calls, seen
+    assert sorted(n for names in seen for n in names) == (
+        sorted(n for n, _ in model.named_parameters()) if calls else [])
+    if bucket == 20:  # a bucket is launched once its bytes reach bucket_bytes
+        assert seen == [['2.bias', '2.weight'], ['0.bias', '0.weight']]
+    opt.synchronize()
+    assert len(seen) == calls
+    for p, w in zip(model.parameters(), grads_of(model, range(N), seed=4)):
+        assert torch.allclose(p.grad, w, atol=1e-6)
+    with pytest.raises(ValueError, match='bucket_bytes'):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), bucket_bytes=-1)
+
+
+def test_allreduce_many_async_errors():
+    """The batch enqueue checks every tensor first (a bad one: ValueError and
+    nothing enqueued, so the names stay free); an op that fails negotiation
+    fails synchronize_many on every rank, and the set works afterwards."""
+    from hvd.common.handles import synchronize_many
+    from hvd.torch.tensors import collectives as c
+    a, b = torch.ones(3), torch.ones(2)
+    with pytest.raises(ValueError):
+        c.allreduce_many_async_([a, b.to(torch.complex64)], ['many.a', 'many.b'], [0, 0], hvd.Sum)
+    with pytest.raises(ValueError, match='a name and a priority per tensor'):
+        c.allreduce_many_async_([a, b], ['many.a'], [0, 0], hvd.Sum)
+    hs = c.allreduce_many_async_([a, b], ['many.a', 'many.b'], [0, 0], hvd.Sum)
+    assert synchronize_many(hs) == [a, b]
+    assert torch.equal(a, torch.full((3,), float(N))) and torch.equal(b, torch.full((2,), float(N)))
+    bad = torch.ones(2 + (R == 1))  # rank 1's shape differs
+    hs = c.allreduce_many_async_([torch.ones(1), bad], ['many.ok', 'many.bad'], [0, 0], hvd.Sum)
+    with pytest.raises(hvd.HorovodInternalError, match='many.bad'):
+        synchronize_many(hs)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name='many.after').item() == N
 
 
 def test_optimizer_params_without_grads_do_not_hang():

@@ -59,6 +59,17 @@ def _call_allreduce(sync, ptr, out, dtype, shape, op, prescale, postscale, proce
                    (name or '').encode('utf-8'), priority, err, _abi.ERR_LEN), err)
 
 
+def _many_arrays(ptrs, dtypes, ndims, shapes, name_lens, prios):
+    """The ctypes arrays of allreduce_many_async's arguments."""
+    n = len(ptrs)
+    return ((ctypes.c_void_p * n)(*ptrs), (ctypes.c_int32 * n)(*dtypes), (ctypes.c_int32 * n)(*ndims),
+            (ctypes.c_int64 * len(shapes))(*shapes), (ctypes.c_int32 * n)(*name_lens), (ctypes.c_int32 * n)(*prios))
+
+
+def _copied_back(fw, x, src):
+    return lambda: fw.copy_back(x, src)
+
+
 class TensorAdapter:
     """How the engine sees one framework's tensors. A subclass implements
     every method; ``x`` below is what input() or inplace() returned."""
@@ -288,6 +299,36 @@ class Collectives:
         op = handle_average_backwards_compatibility(op, average)
         return self._allreduce_sync(tensor, True, name, op, prescale_factor, postscale_factor, process_set,
                                     priority)
+
+    def allreduce_many_async_(self, tensors, names, priorities, op, prescale_factor=1.0, postscale_factor=1.0,
+                              process_set=global_process_set, drive=False):
+        """In-place allreduce_async_ of each tensor, with its own name (None:
+        automatic) and priority, in one library call (one crossing and one
+        wake-up of the engine instead of one per tensor). Returns one handle
+        per tensor, in order, for synchronize or synchronize_many. Every
+        tensor is checked before any op is enqueued. drive: when the engine
+        is only polling, the calling thread runs the rounds until the last op
+        completes (for a batch waited on at once)."""
+        fw = self.fw
+        xs = self._group(tensors, True)
+        if len(names) != len(xs) or len(priorities) != len(xs):
+            raise ValueError('expected a name and a priority per tensor: %d tensors, %d names, %d priorities'
+                             % (len(xs), len(names), len(priorities)))
+        check_op(op, process_set)
+        prios = [check_priority(p) for p in priorities]
+        srcs = [fw.contiguous(x) for x in xs]
+        ptrs, dtypes, ndims, shapes = self._describe_group(srcs)
+        enc = [(n or '').encode('utf-8') for n in names]
+        c = _many_arrays(ptrs, dtypes, ndims, shapes, [len(e) for e in enc], prios)
+        err = errbuf()
+        first = check(_abi.library().hvd_allreduce_many_async(
+            c[0], len(ptrs), c[0], len(ptrs), c[1], len(ptrs), c[2], len(ptrs), c[3], len(shapes), op,
+            float(prescale_factor), float(postscale_factor), set_id(process_set), b''.join(enc), c[4], len(ptrs),
+            c[5], len(ptrs), 1 if drive else 0, err, _abi.ERR_LEN), err)
+        handles = []
+        for i, (x, src) in enumerate(zip(xs, srcs)):
+            handles.append(track(first + i, (x, src), _copied_back(fw, x, src)))
+        return handles
 
     def _grouped_allreduce_async(self, tensors, in_place, name, op, prescale_factor, postscale_factor,
                                  process_set, priority=0):

@@ -82,3 +82,34 @@ def synchronize(handle):
                 check(r, err)
             except ValueError:
                 pass  # hvd was shut down meanwhile: the handle is gone already
+
+
+def synchronize_many(handles, drive=False):
+    """synchronize() of every handle, in order, with one wait and one
+    release call into the library (instead of two per handle); returns the
+    results in order. When an op failed, the handles are synchronized one by
+    one instead, so that the first failed one raises as synchronize does.
+    drive: the calling thread runs the engine's rounds when it is only
+    polling."""
+    known = [h for h in handles if h in handle_map]
+    if not known:
+        return [None] * len(handles)
+    lib, err = _abi.library(), errbuf()
+    arr = (ctypes.c_int64 * len(known))(*known)
+    if lib.hvd_wait_many(arr, len(known), 1 if drive else 0, err, _abi.ERR_LEN) < 0:
+        return [synchronize(h) for h in handles]
+    results = []
+    try:
+        for h in handles:
+            entry = handle_map.pop(h, None)
+            results.append(entry[1]() if entry is not None else None)
+    finally:
+        for h in known:
+            handle_map.pop(h, None)
+        r = lib.hvd_release_many(arr, len(known), err, _abi.ERR_LEN)
+        if r < 0:
+            try:
+                check(r, err)
+            except ValueError:
+                pass  # hvd was shut down meanwhile: the handles are gone already
+    return results
