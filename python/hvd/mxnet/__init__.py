@@ -141,7 +141,10 @@ def _widened(op, arrs, process_set):
     rounded once, the results are those. The float16 tensors are copied to
     float32 and back, and twice their bytes travel. (hvd.tensorflow keeps
     Horovod's float16 arithmetic: its tests compare with that.)"""
-    return op in (Average, Sum) and process_set.size() > 2 and any(a.dtype == np.float16 for a in arrs)
+    if op not in (Average, Sum) or not any(a.dtype == np.float16 for a in arrs):
+        return False
+    n = process_set.size()  # None for a removed set: the engine reports that
+    return n is not None and n > 2
 
 
 def _wide(arrs, prescale_factor):
