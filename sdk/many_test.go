@@ -98,3 +98,49 @@ func TestAllreduceManyErrors(t *testing.T) {
 		return nil
 	})
 }
+
+// Tensors of a fused allreduce of at least 1 MiB are reduced in their own
+// memory (engine.allreduceBig) while the small ones go through the fusion
+// buffer: results with prescale/postscale and Average, on shm and tcp (it
+// fails when the big ones miss their postscale); then with a rank that joined (responses with joined ranks are not fused:
+// each tensor alone, zeros for the joined rank).
+func TestFusedResponseWithBigTensors(t *testing.T) {
+	const big = 300_000 // float32 elements: 1.2 MB
+	for _, backend := range []string{"shm", "tcp"} {
+		t.Run(backend, func(t *testing.T) {
+			ws := mustWorlds(t, 3, worldOpts{env: map[string]string{"HVD_BACKEND": backend}})
+			each(t, ws, func(w *World) error {
+				ps := w.GlobalProcessSet()
+				v := w.Rank() + 1
+				run := func(tag string, want int, o ReduceOptions) error {
+					ts := []Tensor{filled(Float32, 5, v), filled(Float32, big, v), filled(Float32, 7, v), filled(Float32, big+3, v)}
+					outs := []Tensor{ts[0], ts[1], filled(Float32, 7, 0), ts[3]}
+					names := []string{tag + ".s1", tag + ".b1", tag + ".s2", tag + ".b2"}
+					hs, err := ps.AllreduceManyIntoAsync(ts, outs, names, make([]int, 4), o, false)
+					if err != nil {
+						return err
+					}
+					if err := WaitMany(hs, false); err != nil {
+						return err
+					}
+					for i, out := range outs {
+						if err := allEqual(out, want); err != nil {
+							return fmt.Errorf("%s tensor %d: %w", tag, i, err)
+						}
+					}
+					return allEqual(ts[2], v) // out of place: the input is kept
+				}
+				if err := run("avg", 8, ReduceOptions{Op: Average, Prescale: 2, Postscale: 2}); err != nil { // (1+2+3)·2·2/3
+					return err
+				}
+				if w.Rank() != 0 {
+					if err := run("joined", 5, ReduceOptions{Op: Sum}); err != nil { // rank 0 joined: 2+3
+						return err
+					}
+				}
+				_, err := w.Join()
+				return err
+			})
+		})
+	}
+}

@@ -162,15 +162,19 @@ func (e *Engine) allreduce(r *Response) error {
 		e.complete(o, nil)
 		return nil
 	}
+	ops, counts, err := e.allreduceBig(r, ops, es, bop, pre, post)
+	if err != nil || len(ops) == 0 {
+		return err
+	}
 	var total int64
-	for _, c := range r.Counts {
+	for _, c := range counts {
 		total += c * es
 	}
 	if int64(cap(e.fusion)) < total {
 		e.fusion = backends.Alloc(int(total)) // huge pages when large: faster cross-memory reads
 	}
 	buf := e.fusion[:total]
-	e.packFused(buf, ops, r.Counts, es)
+	e.packFused(buf, ops, counts, es)
 	Scale(buf, r.DType, pre)
 	e.activity(ops, e.cfg.Library+"_ALLREDUCE")
 	if err := e.data.Allreduce(buf, r.DType, bop); err != nil {
@@ -178,8 +182,61 @@ func (e *Engine) allreduce(r *Response) error {
 	}
 	e.activity(ops, "")
 	post(buf)
-	e.unpackFused(buf, ops, r.Counts, es, true)
+	e.unpackFused(buf, ops, counts, es, true)
 	return nil
+}
+
+// unfusedBytes: a tensor of a fused allreduce this big is reduced in its own
+// memory with its own collective instead of being copied into the fusion
+// buffer and back: the two copies cost more than the collective call saved
+// (measured at np 2, issue 27: 1.07 M float32 gradients in 6 tensors, one of
+// 4 MiB, reduced in 2.05 ms fused and 1.54 ms unfused).
+const unfusedBytes = 1 << 20
+
+// allreduceBig reduces the tensors of a fused response of at least
+// unfusedBytes one by one in their own memory (a rank that joined reduces
+// zeros in the fusion buffer in their place) and returns the others, with
+// their counts, for the fusion buffer. Counts are the same on every rank, so
+// every rank splits a response alike.
+func (e *Engine) allreduceBig(r *Response, ops []*Op, es int64, bop backends.ReduceOp, pre float64, post func([]byte)) ([]*Op, []int64, error) {
+	if len(ops) < 2 {
+		return ops, r.Counts, nil
+	}
+	var rest []*Op
+	var counts []int64
+	for i, o := range ops {
+		size := r.Counts[i] * es
+		if size < unfusedBytes {
+			rest = append(rest, o)
+			counts = append(counts, r.Counts[i])
+			continue
+		}
+		var b []byte
+		if o == nil {
+			if int64(cap(e.fusion)) < size {
+				e.fusion = backends.Alloc(int(size))
+			}
+			b = e.fusion[:size]
+			clear(b)
+		} else {
+			b = o.Out.Data
+			if !sameMemory(b, o.In.Data) {
+				copy(b, o.In.Data)
+			}
+			Scale(b, r.DType, pre)
+			e.tl().ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
+		}
+		if err := e.data.Allreduce(b, r.DType, bop); err != nil {
+			return nil, nil, err
+		}
+		if o != nil {
+			e.tl().ActivityEnd(o.Name)
+			post(b)
+			o.h.Out = o.Out
+			e.complete(o, nil)
+		}
+	}
+	return rest, counts, nil
 }
 
 // packFused copies each op's input into its segment of buf (counts[i]
