@@ -54,6 +54,7 @@ HOROVOD_PRIVATE = {
     'hvd.torch.mpi_ops': {'_basics', '_handle_map'},
     'hvd.numpy.mpi_ops': {'_basics', '_handle_map'},
     'hvd.numpy': {'_handle_map'},
+    'hvd.tensorflow': {'_executing_eagerly'},
 }
 
 

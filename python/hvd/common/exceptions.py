@@ -1,4 +1,11 @@
-"""Exceptions, as horovod.common.exceptions defines them."""
+"""Exceptions, as horovod.common.exceptions defines them, and the library's
+error codes they carry."""
+from hvd.common import _abi
+
+# The library's error codes by name (INVALID_ARGUMENT, MISMATCH, SHUTDOWN, ...:
+# codegen/abi/hvd.go): every exception a library call raises carries its code
+# as hvd_code, and code outside hvd.common tells failures apart by them.
+CODES = {name: code for code, (name, _) in _abi.ERRORS.items()}
 
 
 class HorovodInternalError(RuntimeError):

@@ -54,7 +54,7 @@ from hvd.tensorflow.collectives import (  # noqa: F401
 from hvd.tensorflow.collectives import as_numpy as _as_numpy, to_tf as _to_tf  # noqa: F401  (zero copy; tests check)
 from hvd.tensorflow.collectives import reduce_gradients, check_reduction, check_passes
 from hvd.tensorflow.collectives import MismatchError, InvalidArgumentError  # noqa: F401
-from hvd.tensorflow.util import _executing_eagerly  # noqa: F401  (horovod.tensorflow has it; its tests call it)
+from hvd.tensorflow.util import executing_eagerly as _executing_eagerly  # noqa: F401  (horovod.tensorflow has it; its tests call it)
 from hvd.tensorflow.optimizer import Reducer, keras_optimizer, local_layer_weights
 from hvd.tensorflow import elastic  # noqa: F401  (hvd.elastic.run, TensorFlowKerasState, TensorFlowState)
 from hvd.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401

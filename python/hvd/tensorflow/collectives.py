@@ -10,10 +10,9 @@ import tensorflow as tf
 
 import hvd.numpy as _np_ops
 import hvd.tensorflow._plugin as _plugin
-from hvd.common import _abi
 from hvd.common import compression as _compression
 from hvd.common import dlpack as _dlpack
-from hvd.common.exceptions import HorovodInternalError
+from hvd.common.exceptions import CODES as _CODES, HorovodInternalError
 from hvd.common.collectives import Collectives as _Collectives
 from hvd.common.handles import convert_result as _convert_result
 from hvd.numpy.arrays import NumpyArrays as _NumpyArrays
@@ -62,7 +61,7 @@ class MismatchError(HorovodInternalError, tf.errors.FailedPreconditionError):
     def __init__(self, message):
         tf.errors.FailedPreconditionError.__init__(self, None, None, message)
         self.args = (message,)
-        self.hvd_code = _abi.E_MISMATCH
+        self.hvd_code = _CODES['MISMATCH']
 
 
 class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
@@ -76,7 +75,7 @@ class InvalidArgumentError(ValueError, tf.errors.InvalidArgumentError):
 
 
 def _is_mismatch(e):
-    return isinstance(e, HorovodInternalError) and getattr(e, 'hvd_code', None) == _abi.E_MISMATCH
+    return isinstance(e, HorovodInternalError) and getattr(e, 'hvd_code', None) == _CODES['MISMATCH']
 
 
 def _tf_error(e):

@@ -3,9 +3,12 @@ from horovod.tensorflow.util."""
 import tensorflow as tf
 
 
-def _executing_eagerly():
+def executing_eagerly():
     """Whether ops run eagerly here (False inside a tf.function or a TF1 graph)."""
     return tf.executing_eagerly()
+
+
+_executing_eagerly = executing_eagerly  # horovod.tensorflow.util's name
 
 
 def vars_to_refs(variables):
