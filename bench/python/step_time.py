@@ -1,7 +1,12 @@
 """Training step time of the same model on the same data with hvd.torch's
 DistributedOptimizer and with torch DistributedDataParallel (gloo), in the
 same processes, alternating rounds so that both see the same machine state.
-Run under hvdrun (see run.sh); prints the median step time per round."""
+Run under hvdrun (see run.sh); prints the median step time per round.
+
+--per-tensor adds a third optimizer in the same processes: hvd's with
+bucket_bytes=0 (each gradient launched from its hook, as before issue 27).
+--impl horovod runs real Horovod's DistributedOptimizer instead of hvd's,
+under horovodrun (bench/python/step_vs_horovod.sh)."""
 import argparse
 import copy
 import os
@@ -10,7 +15,6 @@ import statistics
 import torch
 import torch.distributed as dist
 
-import hvd.torch as hvd
 from steps import median_step_seconds
 
 p = argparse.ArgumentParser()
@@ -18,8 +22,18 @@ p.add_argument('--hidden', type=int, default=64, help='64: the example model; 10
 p.add_argument('--steps', type=int, default=200)
 p.add_argument('--rounds', type=int, default=3)
 p.add_argument('--batch', type=int, default=64)
+p.add_argument('--per-tensor', action='store_true', help="also hvd's optimizer with bucket_bytes=0")
+p.add_argument('--impl', choices=('hvd', 'horovod'), default='hvd')
+p.add_argument('--model', choices=('mlp', 'resnet18'), default='mlp',
+               help="resnet18: torchvision's (python3-torchvision), 10 classes, --image-size images, as Horovod's "
+                    "synthetic benchmark; DDP without broadcast_buffers, as hvd and Horovod keep BN buffers local")
+p.add_argument('--image-size', type=int, default=32)
 args = p.parse_args()
 
+if args.impl == 'horovod':
+    import horovod.torch as hvd
+else:
+    import hvd.torch as hvd
 torch.set_num_threads(1)
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
@@ -27,15 +41,25 @@ port = int(os.environ.get('HVD_BENCH_DDP_PORT', '29533'))
 dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % port, rank=rank, world_size=size)
 
 torch.manual_seed(0)
-base = torch.nn.Sequential(torch.nn.Linear(16, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden),
-                           torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4))
-nparams = sum(p.numel() for p in base.parameters())
 g = torch.Generator().manual_seed(rank)
-data = [(torch.randn(args.batch, 16, generator=g), torch.randint(0, 4, (args.batch,), generator=g)) for _ in range(16)]
+if args.model == 'resnet18':
+    import torchvision
+    base = torchvision.models.resnet18(num_classes=10)
+    data = [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
+             torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
+else:
+    base = torch.nn.Sequential(torch.nn.Linear(16, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden),
+                               torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4))
+    data = [(torch.randn(args.batch, 16, generator=g), torch.randint(0, 4, (args.batch,), generator=g)) for _ in range(16)]
+nparams = sum(p.numel() for p in base.parameters())
 
 m_hvd = copy.deepcopy(base)
 o_hvd = hvd.DistributedOptimizer(torch.optim.SGD(m_hvd.parameters(), lr=0.01), named_parameters=m_hvd.named_parameters())
-m_ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base))
+if args.per_tensor:
+    m_pt = copy.deepcopy(base)
+    o_pt = hvd.DistributedOptimizer(torch.optim.SGD(m_pt.parameters(), lr=0.01), named_parameters=m_pt.named_parameters(),
+                                    bucket_bytes=0)
+m_ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base), broadcast_buffers=False)
 o_ddp = torch.optim.SGD(m_ddp.parameters(), lr=0.01)
 
 
@@ -43,17 +67,27 @@ def timed(model, opt):
     return median_step_seconds(model, opt, data, args.steps, 10, hvd.barrier) * 1e6
 
 
-res = {'hvd': [], 'ddp': []}
+label = args.impl
+res = {label: [], 'ddp': []}
+if args.per_tensor:
+    res['hvd-per-tensor'] = []
 for r in range(args.rounds):
-    res['hvd'].append(timed(m_hvd, o_hvd))
+    res[label].append(timed(m_hvd, o_hvd))
     res['ddp'].append(timed(m_ddp, o_ddp))
+    if args.per_tensor:
+        res['hvd-per-tensor'].append(timed(m_pt, o_pt))
 # the two models took identical steps on identical data: same parameters
 same = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(m_hvd.parameters(), m_ddp.module.parameters()))
 if rank == 0:
-    print('# np=%d hidden=%d params=%d batch=%d steps=%d' % (size, args.hidden, nparams, args.batch, args.steps))
-    for k in ('hvd', 'ddp'):
+    print('# np=%d model=%s hidden=%d params=%d batch=%d steps=%d' % (size, args.model, args.hidden, nparams, args.batch,
+                                                                     args.steps))
+    for k in res:
         print('%s median step us per round: %s' % (k, ' '.join('%.0f' % v for v in res[k])))
-    print('ratio hvd/ddp (median of rounds): %.2f' % (statistics.median(res['hvd']) / statistics.median(res['ddp'])))
-    print('hvd and ddp parameters equal after training: %s' % same)
+    for k in res:
+        if k != 'ddp':
+            print('ratio %s/ddp (median of rounds): %.2f' % (k, statistics.median(res[k]) / statistics.median(res['ddp'])))
+    print('samples/s (all ranks, median of rounds): %s' % ' '.join(
+        '%s %.0f' % (k, args.batch * size / (statistics.median(v) * 1e-6)) for k, v in res.items()))
+    print('%s and ddp parameters equal after training: %s' % (label, same))
 dist.destroy_process_group()
 hvd.shutdown()

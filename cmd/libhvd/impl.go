@@ -62,38 +62,6 @@ func getHandle(id int64) (*sdk.Handle, error) {
 	return h, nil
 }
 
-// errorCode classifies an error for the caller (see codegen/abi/hvd.go)
-// through the sdk's sentinels only.
-func errorCode(err error) int32 {
-	switch {
-	case errors.Is(err, errUnknownHandle):
-		return codeUnknownHandle
-	case errors.Is(err, sdk.ErrRemoved):
-		return codeRemoved
-	case errors.Is(err, sdk.ErrNotInitialized):
-		return codeNotInitialized
-	case errors.Is(err, sdk.ErrNotMember):
-		return codeNotMember
-	case errors.Is(err, sdk.ErrUnknownSet):
-		return codeUnknownSet
-	case errors.Is(err, sdk.ErrProcessSetMismatch):
-		return codeProcessSetMismatch
-	case errors.Is(err, sdk.ErrUnsupported):
-		return codeUnsupported
-	case errors.Is(err, sdk.ErrMismatch):
-		return codeMismatch
-	case errors.Is(err, sdk.ErrShutdown), errors.Is(err, sdk.ErrClosed):
-		return codeShutdown
-	case errors.Is(err, sdk.ErrPeerFailure):
-		return codePeerFailure
-	case errors.Is(err, sdk.ErrInvalidArgument):
-		return codeInvalidArgument
-	case errors.Is(err, sdk.ErrStalled):
-		return codeInternal // Horovod: the stalled job is shut down (HorovodInternalError)
-	}
-	return codeInternal
-}
-
 func implAbiVersion() int64 { return specVersion }
 
 func implInit(flat, sizes []int32, tokens []int64, dynamic bool) (int32, error) {
@@ -285,16 +253,26 @@ func implAllreduce(in, out unsafe.Pointer, dtype int32, shape []int64, op int32,
 	return 0, ps.AllreduceIntoDriving(t, o, reduceOpts(op, pre, post, name, prio))
 }
 
-func implGroupedAllreduceAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, op int32, pre, post float64, set int32, name string, prio int32) (int64, error) {
+// setInsOuts resolves a set and views several inputs and their outputs
+// (same dtypes and shapes).
+func setInsOuts(set int32, ins, outs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64) (*sdk.ProcessSet, []sdk.Tensor, []sdk.Tensor, error) {
 	_, ps, err := processSet(set)
 	if err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
 	ts, err := tensorsAt(ins, dtypes, ndims, shapes)
 	if err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
 	os, err := tensorsAt(outs, dtypes, ndims, shapes)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return ps, ts, os, nil
+}
+
+func implGroupedAllreduceAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, op int32, pre, post float64, set int32, name string, prio int32) (int64, error) {
+	ps, ts, os, err := setInsOuts(set, ins, outs, dtypes, ndims, shapes)
 	if err != nil {
 		return 0, err
 	}
@@ -554,15 +532,7 @@ func implStopTimeline() (int32, error) {
 }
 
 func implAllreduceManyAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, shapes []int64, op int32, pre, post float64, set int32, names string, nameLens []int32, prios []int32, drive bool) (int64, error) {
-	_, ps, err := processSet(set)
-	if err != nil {
-		return 0, err
-	}
-	ts, err := tensorsAt(ins, dtypes, ndims, shapes)
-	if err != nil {
-		return 0, err
-	}
-	os, err := tensorsAt(outs, dtypes, ndims, shapes)
+	ps, ts, os, err := setInsOuts(set, ins, outs, dtypes, ndims, shapes)
 	if err != nil {
 		return 0, err
 	}
