@@ -855,12 +855,14 @@ func outInt64s(p *C.int64_t, n C.int64_t) []int64 {
 	return unsafe.Slice((*int64)(unsafe.Pointer(p)), int(n))
 }
 
-// setError writes err's message, NUL-terminated and truncated to n bytes, into
-// the caller's buffer and returns its code (errorCode, written by hand).
+// setError writes the message errorOf (written by hand) gives for err,
+// NUL-terminated and truncated to n bytes, into the caller's buffer and
+// returns its code.
 func setError(buf *C.char, n C.int64_t, err error) int32 {
+	code, msg := errorOf(err)
 	if buf != nil && n > 0 {
 		b := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
-		b[copy(b[:n-1], err.Error())] = 0
+		b[copy(b[:n-1], msg)] = 0
 	}
-	return errorCode(err)
+	return code
 }

@@ -31,8 +31,10 @@ _EXC = {
 }
 
 
-# The library's messages are the Go SDK's; these rewrite its Go words (API
-# names, sentinel texts) into what a Python user calls and reads.
+# Go SDK words -> Python words, for text a caller got from the Go SDK some
+# other way. Not on the error path: the library writes its messages in the
+# caller's words itself (cmd/libhvd/errors.go) and raise_error only maps
+# the code to an exception class.
 _WORDS = [
     (re.compile(r'(?:hvd: )?not initialized: call Init first \(or the SDK was shut down\)'),
      'Horovod has not been initialized: call hvd.init() first (or hvd.shutdown() was called)'),
@@ -45,13 +47,13 @@ _WORDS = [
     (re.compile(r'\b(?:Handle\.)?Wait\(\)'), 'hvd.synchronize()'),
     (re.compile(r"the process set's engine has been shut down"),
      'Horovod has been shut down (hvd.shutdown(), or a failure on some rank) before the op completed'),
-    # "hvd: invalid argument: x" -> "hvd: x": the exception type says it.
     (re.compile(r'\binvalid argument: '), ''),
 ]
 
 
 def python_words(message):
-    """message with the Go SDK's words replaced by Python's."""
+    """message with the Go SDK's words (API names, sentinel texts) replaced
+    by Python's. The library's own errors need none of it (see _WORDS)."""
     for pattern, repl in _WORDS:
         message = pattern.sub(repl, message)
     return message
@@ -64,11 +66,12 @@ peer_failures = []
 
 
 def raise_error(code, message, phase):
-    """The error hook the generated functions call: ValueError and friends at
-    call time, HorovodInternalError for anything that fails while the op
-    runs (as Horovod maps them)."""
+    """The error hook the generated functions call: the exception class is
+    the code's (the spec's table, _abi.ERRORS) at call time, and
+    HorovodInternalError for anything that fails while the op runs (as
+    Horovod maps them). message is the library's, already in the caller's
+    words; it is not rewritten here."""
     _, name = _abi.ERRORS.get(code, ('INTERNAL', 'HorovodInternalError'))
-    message = python_words(message)
     if code == _abi.E_PEER_FAILURE and not peer_failures:
         peer_failures.append(message)
     exc = HorovodInternalError(message) if phase == 'sync' else _EXC[name](message)
