@@ -62,38 +62,6 @@ func getHandle(id int64) (*sdk.Handle, error) {
 	return h, nil
 }
 
-// errorCode classifies an error for the caller (see codegen/abi/hvd.go)
-// through the sdk's sentinels only.
-func errorCode(err error) int32 {
-	switch {
-	case errors.Is(err, errUnknownHandle):
-		return codeUnknownHandle
-	case errors.Is(err, sdk.ErrRemoved):
-		return codeRemoved
-	case errors.Is(err, sdk.ErrNotInitialized):
-		return codeNotInitialized
-	case errors.Is(err, sdk.ErrNotMember):
-		return codeNotMember
-	case errors.Is(err, sdk.ErrUnknownSet):
-		return codeUnknownSet
-	case errors.Is(err, sdk.ErrProcessSetMismatch):
-		return codeProcessSetMismatch
-	case errors.Is(err, sdk.ErrUnsupported):
-		return codeUnsupported
-	case errors.Is(err, sdk.ErrMismatch):
-		return codeMismatch
-	case errors.Is(err, sdk.ErrShutdown), errors.Is(err, sdk.ErrClosed):
-		return codeShutdown
-	case errors.Is(err, sdk.ErrPeerFailure):
-		return codePeerFailure
-	case errors.Is(err, sdk.ErrInvalidArgument):
-		return codeInvalidArgument
-	case errors.Is(err, sdk.ErrStalled):
-		return codeInternal // Horovod: the stalled job is shut down (HorovodInternalError)
-	}
-	return codeInternal
-}
-
 func implAbiVersion() int64 { return specVersion }
 
 func implInit(flat, sizes []int32, tokens []int64, dynamic bool) (int32, error) {
