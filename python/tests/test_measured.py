@@ -34,12 +34,12 @@ def data(step):
     return onehot, dense, torch.randn(8, 1, generator=g)
 
 
-def train(comp, tag, steps):
+def train(comp, tag, steps, **kw):
     torch.manual_seed(0)
     m = TwoKinds()
     o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.05),
                                  named_parameters=[('%s.%s' % (tag, n), p) for n, p in m.named_parameters()],
-                                 compression=comp)
+                                 compression=comp, **kw)
     losses = []
     for s in range(steps):
         a, b, y = data(s)
@@ -65,6 +65,24 @@ def test_decides_per_tensor_from_the_gradients():
     # while measuring, the gradients went uncompressed: the same run as none
     _, plain = train(hvd.Compression.none, 'ms.b', 3)
     assert losses == plain
+
+
+@pytest.mark.parametrize('bucket', [0, 25 << 20])
+def test_measures_each_gradient_once_per_step(bucket):
+    """The compressor of each gradient is chosen once per step, bucketed
+    launches or not: a measuring policy sums one error per call, so a second
+    call would double them (and halve its bounds)."""
+    comp = hvd.Compression.measured(steps=5)
+    calls = {}
+    real = comp.select
+
+    def counting(name, tensor):
+        calls[name] = calls.get(name, 0) + 1
+        return real(name, tensor)
+
+    comp.select = counting
+    train(comp, 'ms.once%d' % bucket, 2, bucket_bytes=bucket)
+    assert len(calls) == 5 and set(calls.values()) == {2}, calls
 
 
 def test_trains_near_uncompressed_and_bounds():

@@ -252,7 +252,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         return 1.0, 1.0
 
-    def _allreduce_grad_async(self, p):
+    def _allreduce_grad_async(self, p, comp=None):
         if p.grad is None:
             # Gradient was not computed, but we still need to submit a tensor to allreduce
             # as one of the other ranks may have computed it (due to dynamic forward functions).
@@ -267,7 +267,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             else:
                 return self._sparse_allreduce_grad_async(p, name)
 
-        comp = select(self._compression, name, tensor)
+        if comp is None:
+            comp = select(self._compression, name, tensor)
         if getattr(comp, 'sparse', False):
             # Top-k with error feedback: two allgathers, a callable handle.
             return comp.reduce_async(name, tensor, self.op, self.process_set, self._priority.get(p, 0)), None
@@ -317,27 +318,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             self._handles.pop(gp, None)
                         self._group_counts[group] = 0
                         return
-                elif self._bucket_bytes and self._deferrable(p):
-                    self._defer(p)
-                    return
+                elif self._bucket_bytes and p.grad is not None and not p.grad.is_sparse and not p.grad.is_cuda:
+                    # The compressor is chosen once per gradient and step (a
+                    # measuring policy counts each call).
+                    comp = select(self._compression, self._parameter_names.get(p), p.grad)
+                    if not getattr(comp, 'sparse', False):
+                        self._defer(p, comp)
+                        return
+                    handle, ctx = self._allreduce_grad_async(p, comp)
                 else:
                     handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
         return hook
 
-    def _deferrable(self, p):
-        g = p.grad
-        return g is not None and not g.is_sparse and not g.is_cuda and not getattr(
-            select(self._compression, self._parameter_names.get(p), g), 'sparse', False)
-
-    def _defer(self, p):
+    def _defer(self, p, comp):
         """Holds p's allreduce back until the bucket is full or backward
         ends (a callback queued on the autograd engine), then launches the
         held ones together."""
         if not self._end_queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._launch_deferred)
             self._end_queued = True
-        self._deferred.append(p)
+        self._deferred.append((p, comp))
         self._deferred_bytes += p.grad.numel() * p.grad.element_size()
         if self._deferred_bytes >= self._bucket_bytes:
             self._launch_deferred(end=False)
@@ -351,8 +352,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return
         ps, self._deferred, self._deferred_bytes = self._deferred, [], 0
         tensors, ctxs, names, prios = [], [], [], []
-        for p in ps:
-            comp = select(self._compression, self._parameter_names.get(p), p.grad)
+        for p, comp in ps:
             t, ctx = comp.compress(p.grad)
             tensors.append(t)
             ctxs.append((ctx, t, comp))
@@ -361,7 +361,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         prescale_factor, postscale_factor = self._scales()
         handles = _c.allreduce_many_async_(tensors, names, prios, self.op, prescale_factor, postscale_factor,
                                            self.process_set, drive=False)
-        for p, h, ctx in zip(ps, handles, ctxs):
+        for (p, _), h, ctx in zip(ps, handles, ctxs):
             self._handles[p] = (h, ctx)
 
     def _decompressed(self, p, output, ctx):
