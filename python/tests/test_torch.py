@@ -747,6 +747,32 @@ def test_optimizer_bucketed_launches(monkeypatch, bucket, calls):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), bucket_bytes=-1)
 
 
+def test_optimizer_backward_failing_midway_then_restored():
+    """A backward pass that fails after some gradients were held back (their
+    end-of-backward launch never runs) leaves nothing behind once the state
+    is restored (load_state_dict, as an elastic reset does): the next step
+    reduces every gradient once."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    x, y = local_data(R, seed=5)
+
+    def fail(_):
+        raise RuntimeError('injected')
+
+    h = model[1].register_full_backward_hook(lambda *a: fail(a))  # after layer 2's gradients
+    with pytest.raises(RuntimeError, match='injected'):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    h.remove()
+    assert opt._deferred  # layer 2's gradients were held back
+    opt.load_state_dict(opt.state_dict())
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    opt.synchronize()
+    for p, w in zip(model.parameters(), grads_of(model, range(N), seed=5)):
+        assert torch.allclose(p.grad, w, atol=1e-6)
+
+
 def test_allreduce_many_async_errors():
     """The batch enqueue checks every tensor first (a bad one: ValueError and
     nothing enqueued, so the names stay free); an op that fails negotiation

@@ -178,6 +178,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._pending.clear()
         self._zero_after = None
         self._handles = {}
+        # Gradients held back by a backward pass that failed (its end-of-backward
+        # callback never ran) are dropped too.
+        self._deferred, self._deferred_bytes, self._end_queued = [], 0, False
         self._synchronized = False
         self._should_synchronize = True
         for p in self._allreduce_delay:
