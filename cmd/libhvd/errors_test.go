@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/sdk"
-	"github.com/hvdorg/hvd/sdk/rendezvous"
 )
 
 // Every code of the spec comes out of errorOf for an error of its class,
@@ -40,9 +40,6 @@ func TestErrorOfEachCode(t *testing.T) {
 		{fmt.Errorf("%w: process set 0: tensors waited", sdk.ErrStalled), codeInternal, ""},
 		{fmt.Errorf("hvd: internal error in allreduce: %v", "boom"), codeInternal, "hvd: internal error in allreduce: boom"},
 		{fmt.Errorf("%w: worker w is not part of the world", sdk.ErrRemoved), codeRemoved, ""},
-		// A bad launch environment is an invalid argument through its Is method.
-		{fmt.Errorf("%w: HOROVOD_SIZE=x", rendezvous.ErrEnv), codeInvalidArgument,
-			"hvd: rendezvous: bad launch environment: HOROVOD_SIZE=x"},
 	} {
 		code, msg := errorOf(c.err)
 		if code != c.code {
@@ -110,5 +107,20 @@ func TestNoGoWordsInMessages(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A bad launch environment (what sdk.Start returns for HOROVOD_SIZE=x) is
+// the user's error: INVALID_ARGUMENT, through the rendezvous error's Is
+// method, with its own words.
+func TestBadLaunchEnvironmentIsInvalidArgument(t *testing.T) {
+	env := map[string]string{"HOROVOD_RANK": "1", "HOROVOD_SIZE": "x"}
+	_, err := sdk.Start(context.Background(), sdk.Config{Getenv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }})
+	if err == nil {
+		t.Fatal("Start with HOROVOD_SIZE=x succeeded")
+	}
+	code, msg := errorOf(err)
+	if code != codeInvalidArgument || !strings.HasPrefix(msg, "hvd: rendezvous: bad launch environment: ") {
+		t.Fatalf("errorOf(%q) = %d, %q; want INVALID_ARGUMENT and the rendezvous wording", err, code, msg)
 	}
 }
