@@ -150,7 +150,6 @@ func WaitMany(hs []*Handle, drive bool) error {
 	if drive {
 		mode = waitDriving
 	}
-
 	for _, h := range hs {
 		if _, err := h.wait(mode); err != nil {
 			return err

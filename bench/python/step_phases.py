@@ -16,7 +16,6 @@ over rounds; rank 0's figures):
 """
 import argparse
 import copy
-import os
 import statistics
 import time
 
@@ -25,6 +24,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import hvd.torch as hvd
+from steps import init_beside_ddp, mlp, mlp_batches
 
 p = argparse.ArgumentParser()
 p.add_argument('--hidden', type=int, default=64)
@@ -36,17 +36,10 @@ p.add_argument('--kinds', default='local,hvd,ddp',
                help='local, ddp, hvd (the default DistributedOptimizer) and hvd:B (bucket_bytes=B)')
 args = p.parse_args()
 
-torch.set_num_threads(1)
-hvd.init()
-rank, size = hvd.rank(), hvd.size()
-port = int(os.environ.get('HVD_BENCH_DDP_PORT', '29534'))
-dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % port, rank=rank, world_size=size)
-
+rank, size = init_beside_ddp(hvd, 29534)
 torch.manual_seed(0)
-base = torch.nn.Sequential(torch.nn.Linear(16, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden),
-                           torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4))
-g = torch.Generator().manual_seed(rank)
-data = [(torch.randn(args.batch, 16, generator=g), torch.randint(0, 4, (args.batch,), generator=g)) for _ in range(16)]
+base = mlp(args.hidden)
+data = mlp_batches(rank, args.batch)
 
 models = {}
 m = copy.deepcopy(base)

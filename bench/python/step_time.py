@@ -9,13 +9,12 @@ bucket_bytes=0 (each gradient launched from its hook, as before issue 27).
 under horovodrun (bench/python/step_vs_horovod.sh)."""
 import argparse
 import copy
-import os
 import statistics
 
 import torch
 import torch.distributed as dist
 
-from steps import median_step_seconds
+from steps import init_beside_ddp, median_step_seconds, mlp, mlp_batches
 
 p = argparse.ArgumentParser()
 p.add_argument('--hidden', type=int, default=64, help='64: the example model; 1024: ~1.1M parameters')
@@ -34,23 +33,18 @@ if args.impl == 'horovod':
     import horovod.torch as hvd
 else:
     import hvd.torch as hvd
-torch.set_num_threads(1)
-hvd.init()
-rank, size = hvd.rank(), hvd.size()
-port = int(os.environ.get('HVD_BENCH_DDP_PORT', '29533'))
-dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % port, rank=rank, world_size=size)
+rank, size = init_beside_ddp(hvd, 29533)
 
 torch.manual_seed(0)
-g = torch.Generator().manual_seed(rank)
 if args.model == 'resnet18':
     import torchvision
+    g = torch.Generator().manual_seed(rank)
     base = torchvision.models.resnet18(num_classes=10)
     data = [(torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g),
              torch.randint(0, 10, (args.batch,), generator=g)) for _ in range(4)]
 else:
-    base = torch.nn.Sequential(torch.nn.Linear(16, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, args.hidden),
-                               torch.nn.ReLU(), torch.nn.Linear(args.hidden, 4))
-    data = [(torch.randn(args.batch, 16, generator=g), torch.randint(0, 4, (args.batch,), generator=g)) for _ in range(16)]
+    base = mlp(args.hidden)
+    data = mlp_batches(rank, args.batch)
 nparams = sum(p.numel() for p in base.parameters())
 
 m_hvd = copy.deepcopy(base)

@@ -21,7 +21,6 @@ run. Run under hvdrun with the bench lock:
 import argparse
 import copy
 import gc
-import os
 import statistics
 import time
 
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 import hvd.torch as hvd
+from steps import init_beside_ddp
 
 p = argparse.ArgumentParser()
 p.add_argument('--hidden', type=int, default=2048, help='2048: ~21 M parameters (6 layers)')
@@ -42,11 +42,7 @@ p.add_argument('--variants', default='zro-ddp,hvd-z1,hvd-z2,hvd-plain')
 p.add_argument('--rounds', type=int, default=2, help='each round builds and times every variant once')
 args = p.parse_args()
 
-torch.set_num_threads(1)
-hvd.init()
-rank, size = hvd.rank(), hvd.size()
-port = int(os.environ.get('HVD_BENCH_DDP_PORT', '29534'))
-dist.init_process_group('gloo', init_method='tcp://127.0.0.1:%d' % port, rank=rank, world_size=size)
+rank, size = init_beside_ddp(hvd, 29534)
 
 
 def make_model():

@@ -76,12 +76,17 @@ def synchronize(handle):
         return result()
     finally:
         handle_map.pop(handle, None)
-        r = lib.hvd_release(handle, err, _abi.ERR_LEN)
-        if r < 0:
-            try:
-                check(r, err)
-            except ValueError:
-                pass  # hvd was shut down meanwhile: the handle is gone already
+        _released(lib.hvd_release(handle, err, _abi.ERR_LEN), err)
+
+
+def _released(r, err):
+    """Checks a release call's result r: an unknown handle is no error (hvd
+    was shut down meanwhile: the handles are gone already)."""
+    if r < 0:
+        try:
+            check(r, err)
+        except ValueError:
+            pass
 
 
 def synchronize_many(handles, drive=False):
@@ -106,10 +111,5 @@ def synchronize_many(handles, drive=False):
     finally:
         for h in known:
             handle_map.pop(h, None)
-        r = lib.hvd_release_many(arr, len(known), err, _abi.ERR_LEN)
-        if r < 0:
-            try:
-                check(r, err)
-            except ValueError:
-                pass  # hvd was shut down meanwhile: the handles are gone already
+        _released(lib.hvd_release_many(arr, len(known), err, _abi.ERR_LEN), err)
     return results

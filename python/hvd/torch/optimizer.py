@@ -6,14 +6,14 @@ import torch
 
 from hvd.common import loader
 from hvd.common.collectives import check_priority
+from hvd.common.handles import synchronize_many
 from hvd.common.ops import check_adasum
 from hvd.common.process_sets import global_process_set, set_id
 from hvd.torch.compression import AdaptiveCompression, Compression, MeasuredCompression, TopKCompressor, select
 from hvd.torch.functions import broadcast_object
-from hvd.common.handles import synchronize_many
-from hvd.torch.tensors import collectives as _c
 from hvd.torch.mpi_ops import (Adasum, Average, allreduce_async_, grouped_allreduce_async_, rocm_built, size,
                                sparse_allreduce_async, synchronize)
+from hvd.torch.tensors import collectives as _c
 from hvd.torch.zero import ShardedOptimizer
 
 
@@ -81,8 +81,6 @@ def _priorities(param_groups, named_parameters, priorities):
             raise ValueError("priorities must be None, 'layer_order', a dict or a callable, not %r" % (priorities,))
         out[p] = check_priority(v)
     return out
-
-
 
 
 def _check_bucket(bucket_bytes):
@@ -363,7 +361,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             prios.append(self._priority.get(p, 0))
         prescale_factor, postscale_factor = self._scales()
         handles = _c.allreduce_many_async_(tensors, names, prios, self.op, prescale_factor, postscale_factor,
-                                           self.process_set, drive=False)
+                                           self.process_set)
         for (p, _), h, ctx in zip(ps, handles, ctxs):
             self._handles[p] = (h, ctx)
 
@@ -386,10 +384,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  if not isinstance(k, tuple) and h is not None and not callable(h)]
         outs = dict(zip((k for k, _ in plain), synchronize_many([h for _, h in plain])))
         for key, (handle, ctx) in self._handles.items():
-            if key in outs:
-                self._complete(key, handle, ctx, outs[key])
-            else:
-                self._complete(key, handle, ctx)
+            self._complete(key, handle, ctx, outs.get(key))
         self._handles.clear()
         self._synchronized = True
         self._end_step()

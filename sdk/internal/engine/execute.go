@@ -147,20 +147,7 @@ func (e *Engine) allreduce(r *Response) error {
 		}
 	}
 	if len(ops) == 1 && ops[0] != nil {
-		o := ops[0]
-		if !sameMemory(o.Out.Data, o.In.Data) {
-			copy(o.Out.Data, o.In.Data)
-		}
-		Scale(o.Out.Data, r.DType, pre)
-		e.tl().ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
-		if err := e.data.Allreduce(o.Out.Data, r.DType, bop); err != nil {
-			return err
-		}
-		e.tl().ActivityEnd(o.Name)
-		post(o.Out.Data)
-		o.h.Out = o.Out
-		e.complete(o, nil)
-		return nil
+		return e.reduceOwn(ops[0], r.DType, bop, pre, post)
 	}
 	ops, counts, err := e.allreduceBig(r, ops, es, bop, pre, post)
 	if err != nil || len(ops) == 0 {
@@ -194,10 +181,10 @@ func (e *Engine) allreduce(r *Response) error {
 const unfusedBytes = 1 << 20
 
 // allreduceBig reduces the tensors of a fused response of at least
-// unfusedBytes one by one in their own memory (a rank that joined reduces
-// zeros in the fusion buffer in their place) and returns the others, with
+// unfusedBytes one by one in their own memory and returns the others, with
 // their counts, for the fusion buffer. Counts are the same on every rank, so
-// every rank splits a response alike.
+// every rank splits a response alike. (A fused response has no joined rank:
+// Fuse leaves those alone; a nil op would stay with the buffer's zeros.)
 func (e *Engine) allreduceBig(r *Response, ops []*Op, es int64, bop backends.ReduceOp, pre float64, post func([]byte)) ([]*Op, []int64, error) {
 	if len(ops) < 2 {
 		return ops, r.Counts, nil
@@ -205,38 +192,34 @@ func (e *Engine) allreduceBig(r *Response, ops []*Op, es int64, bop backends.Red
 	var rest []*Op
 	var counts []int64
 	for i, o := range ops {
-		size := r.Counts[i] * es
-		if size < unfusedBytes {
+		if o == nil || r.Counts[i]*es < unfusedBytes {
 			rest = append(rest, o)
 			counts = append(counts, r.Counts[i])
 			continue
 		}
-		var b []byte
-		if o == nil {
-			if int64(cap(e.fusion)) < size {
-				e.fusion = backends.Alloc(int(size))
-			}
-			b = e.fusion[:size]
-			clear(b)
-		} else {
-			b = o.Out.Data
-			if !sameMemory(b, o.In.Data) {
-				copy(b, o.In.Data)
-			}
-			Scale(b, r.DType, pre)
-			e.tl().ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
-		}
-		if err := e.data.Allreduce(b, r.DType, bop); err != nil {
+		if err := e.reduceOwn(o, r.DType, bop, pre, post); err != nil {
 			return nil, nil, err
-		}
-		if o != nil {
-			e.tl().ActivityEnd(o.Name)
-			post(b)
-			o.h.Out = o.Out
-			e.complete(o, nil)
 		}
 	}
 	return rest, counts, nil
+}
+
+// reduceOwn reduces one op's tensor in its output memory (copied from its
+// input unless in place), scaled before and after, and completes the op.
+func (e *Engine) reduceOwn(o *Op, dt backends.DType, bop backends.ReduceOp, pre float64, post func([]byte)) error {
+	if !sameMemory(o.Out.Data, o.In.Data) {
+		copy(o.Out.Data, o.In.Data)
+	}
+	Scale(o.Out.Data, dt, pre)
+	e.tl().ActivityStart(o.Name, e.cfg.Library+"_ALLREDUCE")
+	if err := e.data.Allreduce(o.Out.Data, dt, bop); err != nil {
+		return err
+	}
+	e.tl().ActivityEnd(o.Name)
+	post(o.Out.Data)
+	o.h.Out = o.Out
+	e.complete(o, nil)
+	return nil
 }
 
 // packFused copies each op's input into its segment of buf (counts[i]
