@@ -199,16 +199,26 @@ func (c *Comm) acceptPeers(ctx context.Context, ln *net.TCPListener, cfg *Config
 	}
 }
 
-// establish builds the full mesh. It returns conns indexed by peer rank (nil
-// at c.rank).
-func (c *Comm) establish(ctx context.Context, cfg *Config) error {
+// listen opens the communicator's listening socket on cfg.ListenHost
+// (default loopback), on a port the kernel picks.
+func listen(cfg *Config) (net.Listener, error) {
 	host := cfg.ListenHost
 	if host == "" {
 		host = "127.0.0.1"
 	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return fmt.Errorf("hvd: tcp: listen on %s: %w", host, err)
+		return nil, fmt.Errorf("hvd: tcp: listen on %s: %w", host, err)
+	}
+	return ln, nil
+}
+
+// establish builds the full mesh. It returns conns indexed by peer rank (nil
+// at c.rank).
+func (c *Comm) establish(ctx context.Context, cfg *Config) error {
+	ln, err := listen(cfg)
+	if err != nil {
+		return err
 	}
 	defer ln.Close()
 	key := addrKey(cfg.Prefix, c.rank)

@@ -145,13 +145,9 @@ func (c *Comm) peerOf(r int) *peer {
 // returns when every partner is connected, or fails after
 // cfg.ConnectTimeout naming the ones that did not connect.
 func (c *Comm) startLazy(ctx context.Context, cfg *Config) error {
-	host := cfg.ListenHost
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ln, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("hvd: tcp: listen on %s: %w", host, err)
+		return err
 	}
 	c.peers = make([]*peer, c.size)
 	c.sendMu, c.recvMu = make([]sync.Mutex, c.size), make([]sync.Mutex, c.size)
