@@ -78,3 +78,15 @@ func TestRealParityOps(t *testing.T) {
 		})
 	}
 }
+
+// TestRealNp3References runs testdata/real/np3_references.py under hvdrun
+// -np 3: the evidence for the eight rows of Horovod's test_tensorflow.py
+// that fail at np 3 under any implementation (docs/compat.md): the grouped
+// Average rows' reference x against allreduce_average_cpu's (x*3)/3 on the
+// same values, float16 products whose reference is ±inf, and grappler's
+// rewrite of the prescale references in graph mode; hvd's own results
+// (Average, Product, prescaled Sum eagerly and in a graph) are checked too.
+// It fails when TensorFlow or hvd changes what the rows' documentation says.
+func TestRealNp3References(t *testing.T) {
+	runReal(t, 3, "testdata/real/np3_references.py", "hvd.tensorflow np3 references")
+}
