@@ -13,12 +13,14 @@ import (
 // exit for the stopped peer, so mpirun never ended. After a peer failure
 // hvd calls MPI_Abort at exit, says so, and mpirun ends the job within the
 // timeout + 10 s. The default build bootstrapped over mpi4py, and the MPI
-// build with HVD_BACKEND=mpi; np 2 and 3.
+// build with HVD_BACKEND=mpi; np 2 and 3. The four jobs run at once: each
+// spends its time waiting for the timeout and for the abort.
 func TestMPIStoppedRankAborts(t *testing.T) {
 	needMPI(t)
 	for _, build := range []string{"default", "mpi"} {
 		for _, np := range []int{2, 3} {
 			t.Run(build+"/np"+strconv.Itoa(np), func(t *testing.T) {
+				t.Parallel()
 				var env []string
 				if build == "mpi" {
 					env = pyEnv(mpiPythonPackage(t), "HVD_BACKEND=mpi")
