@@ -43,6 +43,18 @@ type Idler interface {
 	Kick()
 }
 
+// SharedIdler is an Idler whose Idle may run while another goroutine runs
+// the communicator's operations: it holds the communicator only while it
+// looks, never while it sleeps, and then reports incoming work only as a
+// reason to look again. The engine sleeps in such an Idle without holding
+// the right to run rounds, so that a caller waiting for its op can run the
+// round itself instead of waking the engine goroutine and being woken by
+// it (issue 27).
+type SharedIdler interface {
+	Idler
+	IdleShared() bool
+}
+
 // ControlPlane is what a process set's engine negotiates over. Ranks and
 // the calling rules are those of Communicator (collective, one goroutine at
 // a time, broken after a peer failure); Kick alone is safe from any
@@ -175,6 +187,12 @@ func (p *Pair) BcastMsg(msg []byte, root int) ([]byte, error) { return p.control
 func (p *Pair) AllgatherStatus(send, recv []byte) error       { return p.control.AllgatherStatus(send, recv) }
 func (p *Pair) Idle(timeout time.Duration) (bool, error)      { return p.control.Idle(timeout) }
 func (p *Pair) Kick()                                         { p.control.Kick() }
+
+// IdleShared implements SharedIdler when the control plane does.
+func (p *Pair) IdleShared() bool {
+	s, ok := p.control.(SharedIdler)
+	return ok && s.IdleShared()
+}
 
 // Close closes the data plane, then the control plane.
 func (p *Pair) Close() error { return p.Planes().Close() }

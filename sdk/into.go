@@ -100,7 +100,8 @@ func checkInto(op string, t, out Tensor, o ReduceOptions) error {
 // pass, issue 27). Every op is checked before any is enqueued; on an error
 // none is. Each op gets its own handle, as from AllreduceIntoAsync.
 //
-// With drive, when the set's engine is only polling for work, the calling
+// With drive and HVD_CALLER_ROUNDS=1 (experimental), when the set's engine
+// is only polling for work or asleep in a shared Idle, the calling
 // goroutine (locked to a C caller's thread) runs the rounds until the last
 // op completes, so that the engine goroutine does not start them between
 // the enqueue and the caller's wait (see AllreduceIntoDriving).
@@ -122,7 +123,7 @@ func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, 
 		}
 		ops[i] = ps.reduceOp(engine.Allreduce, t, outs[i], oi, ps.fullName(op, names[i]))
 	}
-	held := drive && ps != nil && ps.w != nil && ps.eng != nil && ps.eng.TryHold()
+	held := drive && ps != nil && ps.w != nil && ps.w.knobs.callerDrive && ps.eng != nil && ps.eng.TryHold()
 	h, err := ps.enqueue(op, ops...)
 	if held {
 		var last *engine.Handle
@@ -142,12 +143,12 @@ func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, 
 }
 
 // WaitMany waits for every handle in order and returns the first error met
-// (the handles after it are not waited for). With drive each wait is
-// WaitDriving's (the caller runs rounds while the engine only polls),
-// otherwise Wait's.
+// (the handles after it are not waited for). With drive and
+// HVD_CALLER_ROUNDS=1 each wait is WaitDriving's (the caller runs rounds
+// while the engine only polls or sleeps in a shared Idle), otherwise Wait's.
 func WaitMany(hs []*Handle, drive bool) error {
 	mode := waitPlain
-	if drive {
+	if drive && len(hs) > 0 && hs[0].ps != nil && hs[0].ps.w != nil && hs[0].ps.w.knobs.callerDrive {
 		mode = waitDriving
 	}
 	for _, h := range hs {

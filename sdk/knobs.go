@@ -161,7 +161,7 @@ var knobTable = []knobSpec{
 		doc: "busy-poll before sleeping (default: chosen from ranks per host and cores)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.spin = time.Duration(f) * time.Microsecond }},
 	{name: "HVD_CALLER_ROUNDS", kind: kindBool,
-		doc: "a synchronous allreduce from C (hvd.torch allreduce/allreduce_) runs its round on the calling thread while the engine only polls (experimental, off: measured faster at np 4, slower at np 2 under other load)",
+		doc: "experimental, off: a synchronous allreduce from C (hvd.torch allreduce/allreduce_), and DistributedOptimizer's last gradients and synchronize(), run their round on the calling thread while the engine only polls, or sleeps (shm: the engine then sleeps without holding the rounds). Measured: faster at np 4, slower at np 2 under other load (issue 18); the training step slower at np 2 (issue 27)",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.callerDrive = b }},
 	{name: "HVD_BIND_TO", kind: kindEnum, choices: []string{"core", "none"},
 		doc: "pin each local rank to its own core (hvdrun --bind-to)",

@@ -4,14 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // AllreduceManyIntoAsync: n independent named allreduces in one submission,
 // each with its own handle and result, on a set of 3 that excludes rank 1
-// and on the global set; in place and into separate outputs; driven and not.
+// and on the global set; in place and into separate outputs; driven and not
+// (HVD_CALLER_ROUNDS=1: the driven calls may run rounds themselves).
 func TestAllreduceManyIntoAsync(t *testing.T) {
-	ws := mustWorlds(t, 4, worldOpts{sets: func(int) [][]int { return [][]int{{0, 2, 3}} }})
+	ws := mustWorlds(t, 4, worldOpts{sets: func(int) [][]int { return [][]int{{0, 2, 3}} },
+		env: map[string]string{"HVD_CALLER_ROUNDS": "1"}})
 	each(t, ws, func(w *World) error {
 		sets := w.ProcessSets()
 		for _, drive := range []bool{false, true} {
@@ -143,4 +147,86 @@ func TestFusedResponseWithBigTensors(t *testing.T) {
 			})
 		})
 	}
+}
+
+// With HVD_CALLER_ROUNDS=1, a waiting caller runs the round itself while
+// the engine goroutine sleeps in the control plane's Idle (shm's Idle is
+// shared, issue 27): every rank
+// of 3 first lets its engine fall asleep, then enqueues with drive, the
+// ranks a few ms apart (under the caller's idle limit). The first rank's
+// round runs on its caller's goroutine (CallerRounds grows), not on the
+// engine's, which held the right to run rounds for as long as it slept
+// before. (A later rank's engine may be woken by the peers' round first
+// and join it itself: so the test asks it of some rank, not each.) A rank
+// that comes later than the limit still gets its result (the engine
+// goroutine takes over). Over tcp (no shared Idle), and without the knob,
+// no round runs on a caller.
+func TestDrivenRoundWhileEngineSleeps(t *testing.T) {
+	for _, backend := range []string{"shm", "tcp", "shm-off"} {
+		t.Run(backend, func(t *testing.T) {
+			env := map[string]string{"HVD_BACKEND": strings.TrimSuffix(backend, "-off"), "HVD_CALLER_ROUNDS": "1"}
+			if strings.HasSuffix(backend, "-off") {
+				env["HVD_CALLER_ROUNDS"] = "0"
+			}
+			ws := mustWorlds(t, 3, worldOpts{env: env})
+			for _, late := range []time.Duration{2 * time.Millisecond, 40 * time.Millisecond} {
+				driven := make([]uint64, len(ws))
+				each(t, ws, func(w *World) error {
+					ps := w.GlobalProcessSet()
+					if err := ps.Barrier(); err != nil {
+						return err
+					}
+					time.Sleep(20*time.Millisecond + time.Duration(w.Rank())*late) // the engine sleeps in Idle by now
+					before := ps.Stats().CallerRounds
+					x := TensorOf([]float32{float32(w.Rank() + 1)})
+					name := fmt.Sprint("driven", late)
+					hs, err := ps.AllreduceManyIntoAsync([]Tensor{x}, []Tensor{x}, []string{name}, []int{0}, ReduceOptions{Op: Sum}, true)
+					if err != nil {
+						return err
+					}
+					if err := WaitMany(hs, true); err != nil {
+						return err
+					}
+					if got := SliceOf[float32](x)[0]; got != 6 {
+						return fmt.Errorf("late %v: sum %v, want 6", late, got)
+					}
+					driven[w.Rank()] = ps.Stats().CallerRounds - before
+					return nil
+				})
+				sum := driven[0] + driven[1] + driven[2]
+				if backend == "shm" && late < callerIdleLimitForTest && sum == 0 {
+					t.Errorf("late %v: no round ran on a caller's goroutine (the engine goroutines held the rounds while they slept)", late)
+				}
+				if backend != "shm" && sum != 0 {
+					t.Errorf("%s: %v rounds ran on the callers while the engines slept", backend, driven)
+				}
+			}
+		})
+	}
+}
+
+// Closing a world while a caller sleeps in the shared Idle for peers that
+// never come ends the caller's wait with an error at once, not at the
+// caller's idle limit or never, and leaves nothing running.
+func TestCloseWhileCallerDrives(t *testing.T) {
+	ws := mustWorlds(t, 2, worldOpts{env: map[string]string{"HVD_BACKEND": "shm", "HVD_CALLER_ROUNDS": "1"}})
+	ps := ws[0].GlobalProcessSet()
+	time.Sleep(10 * time.Millisecond)
+	x := TensorOf([]float32{1})
+	go func() {
+		time.Sleep(3 * time.Millisecond)
+		ws[0].Close()
+	}()
+	t0 := time.Now()
+	hs, err := ps.AllreduceManyIntoAsync([]Tensor{x}, []Tensor{x}, []string{"never"}, []int{0}, ReduceOptions{Op: Sum}, true)
+	if err == nil {
+		err = WaitMany(hs, true)
+	}
+	if err == nil {
+		t.Fatal("the op completed without rank 1")
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("the wait ended %v after Close", d)
+	}
+	ws[1].Close()
 }

@@ -352,7 +352,7 @@ func (w *World) register(id int, ranks []int, sc setComms) error {
 			StallWarning: w.knobs.stallWarn, StallShutdown: w.knobs.stallShutdown,
 			Logf: w.logf, Timeline: &w.timeline, Library: sc.eng.Backend.Label, CacheCapacity: w.knobs.cache,
 			CycleTime: w.knobs.cycle, Heartbeat: heartbeat, Params: params, Tuner: tuner,
-			Spin: w.engineSpin(), Meter: w.newMeter(),
+			Spin: w.engineSpin(), Meter: w.newMeter(), CallerRounds: w.knobs.callerDrive,
 		})
 		if err != nil {
 			return err

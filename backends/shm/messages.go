@@ -92,77 +92,46 @@ func (c *Comm) BcastMsg(msg []byte, root int) ([]byte, error) {
 
 // Idle implements backends.Idler: it blocks until a peer entered an op this
 // rank has not (incoming = true), Kick was called, timeout passed (< 0: no
-// limit), or the communicator failed or was closed (error). It must be
-// called by the communicator's user goroutine, between operations.
+// limit), or the communicator failed or was closed (error).
+//
+// It implements backends.SharedIdler too: it holds the communicator only
+// while it looks (never while it spins or sleeps), so that a caller may run
+// the engine's rounds on the communicator while the engine goroutine sleeps
+// here. It returns (false, nil) when it finds the communicator taken by
+// another goroutine (the caller running rounds): that caller now sees
+// whatever comes in, and what this Idle would report is only a reason to
+// look again once it is done.
 func (c *Comm) Idle(timeout time.Duration) (bool, error) {
-	if err := c.lock("idle"); err != nil {
+	// The read lock keeps Close from unmapping the segment under this
+	// sleep (Close sets closing and rings the bell first, so Idle returns).
+	// Lock order: never wait for c.mu while holding it (Close holds c.mu
+	// when it asks for bellMu).
+	c.bellMu.RLock()
+	defer c.bellMu.RUnlock()
+	if err := c.usable("idle"); err != nil {
 		return false, err
 	}
-	defer c.end()
-	incoming := func() bool {
-		for r := 0; r < c.size; r++ {
-			if r != c.rank && c.word(r, ctlSeq).Load() > c.k {
-				return true
-			}
-		}
-		for r := 0; r < c.size; r++ {
-			if r != c.rank && c.seg.u64(c.mailbox(r, c.rank)).Load() > c.recvSeq[r] {
-				return true
-			}
-		}
-		return false
-	}
 	abort := c.seg.u64(hdrAbort)
-	start := time.Now()
-	var deadline time.Time
-	if timeout >= 0 {
-		deadline = start.Add(timeout)
-	}
-	spin := min(c.spin, max(timeout, 0))
-	if timeout < 0 {
-		spin = c.spin
-	}
-	for i := 1; ; i++ {
-		if c.kicked.Swap(false) {
-			return false, nil
-		}
-		if incoming() {
-			return true, nil
-		}
+	// look reports incoming work, a failure or a close; ok is false when
+	// another goroutine held the communicator (nothing was read).
+	look := func(peers bool) (incoming, ok bool, err error) {
 		if abort.Load() != 0 {
-			return false, c.aborted("idle")
+			return false, true, c.aborted("idle")
 		}
 		if c.closing.Load() {
-			return false, fmt.Errorf("%w: idle interrupted by Close", backends.ErrClosed)
+			return false, true, fmt.Errorf("%w: idle interrupted by Close", backends.ErrClosed)
 		}
-		if i&63 == 0 && time.Since(start) >= spin {
-			break
+		if !c.mu.TryLock() {
+			return false, false, nil
 		}
-	}
-	ctl := c.ctl(c.rank)
-	bell, sleeping := c.seg.u32(ctl+ctlBell), c.seg.u32(ctl+ctlSleeping)
-	sleeping.Add(1)
-	defer sleeping.Add(^uint32(0))
-	for {
-		v := bell.Load()
-		if c.kicked.Swap(false) {
-			return false, nil
-		}
-		if incoming() {
-			return true, nil
-		}
-		if abort.Load() != 0 {
-			return false, c.aborted("idle")
-		}
-		if c.closing.Load() {
-			return false, fmt.Errorf("%w: idle interrupted by Close", backends.ErrClosed)
-		}
-		d := sleepSlice * 20
-		if timeout >= 0 {
-			d = min(d, time.Until(deadline))
-			if d <= 0 {
-				return false, nil
+		defer c.mu.Unlock()
+		for r := 0; r < c.size; r++ {
+			if r != c.rank && (c.word(r, ctlSeq).Load() > c.k || c.seg.u64(c.mailbox(r, c.rank)).Load() > c.recvSeq[r]) {
+				return true, true, nil
 			}
+		}
+		if !peers {
+			return false, true, nil
 		}
 		// A peer that closed or died cannot start an op any more. One
 		// that closed on purpose is reported to this rank's engine only,
@@ -177,22 +146,66 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 			if r != c.rank {
 				if g := c.peerGone("idle", r); g != nil {
 					if g.reason == reasonDied {
-						return false, c.fail("idle", r, g.reason, g.why)
+						return false, true, c.fail("idle", r, g.reason, g.why)
 					}
 					c.broken.Store(g.PeerError)
-					return false, g.PeerError
+					return false, true, g.PeerError
 				}
+			}
+		}
+		return false, true, nil
+	}
+	start := time.Now()
+	var deadline time.Time
+	if timeout >= 0 {
+		deadline = start.Add(timeout)
+	}
+	spin := min(c.spin, max(timeout, 0))
+	if timeout < 0 {
+		spin = c.spin
+	}
+	for i := 1; ; i++ {
+		if c.kicked.Swap(false) {
+			return false, nil
+		}
+		if in, ok, err := look(false); !ok || in || err != nil {
+			return in, err
+		}
+		if i&63 == 0 && time.Since(start) >= spin {
+			break
+		}
+	}
+	ctl := c.ctl(c.rank)
+	bell, sleeping := c.seg.u32(ctl+ctlBell), c.seg.u32(ctl+ctlSleeping)
+	sleeping.Add(1)
+	defer sleeping.Add(^uint32(0))
+	for {
+		v := bell.Load()
+		if c.kicked.Swap(false) {
+			return false, nil
+		}
+		if in, ok, err := look(true); !ok || in || err != nil {
+			return in, err
+		}
+		d := sleepSlice * 20
+		if timeout >= 0 {
+			d = min(d, time.Until(deadline))
+			if d <= 0 {
+				return false, nil
 			}
 		}
 		futexWait(bell, v, d)
 	}
 }
 
+// IdleShared implements backends.SharedIdler (see Idle).
+func (c *Comm) IdleShared() bool { return true }
+
 // Kick implements backends.Idler: it wakes Idle. Safe from any goroutine.
 func (c *Comm) Kick() {
 	c.kicked.Store(true)
-	// Idle holds c.mu while it sleeps, so Kick cannot take it; bellMu
-	// keeps Close from unmapping the bell under us.
+	// Kick takes no c.mu (an operation may hold it); bellMu keeps Close
+	// from unmapping the bell under us.
 	c.bellMu.RLock()
 	defer c.bellMu.RUnlock()
 	if c.seg == nil || c.seg.mem == nil {

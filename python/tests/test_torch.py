@@ -720,11 +720,12 @@ def test_optimizer_bucketed_launches(monkeypatch, bucket, calls):
     The model's gradients, in the order backward produces them: 2.bias (4 B),
     2.weight (16 B), 0.bias (16 B), 0.weight (48 B)."""
     from hvd.torch import optimizer as optmod
-    seen = []
+    seen, drives = [], []
     real = optmod._c.allreduce_many_async_
 
     def counting(tensors, names, *args, **kwargs):
         seen.append(list(names))
+        drives.append(kwargs.get('drive', False))
         return real(tensors, names, *args, **kwargs)
 
     monkeypatch.setattr(optmod._c, 'allreduce_many_async_', counting)
@@ -739,6 +740,11 @@ def test_optimizer_bucketed_launches(monkeypatch, bucket, calls):
         sorted(n for n, _ in model.named_parameters()) if calls else [])
     if bucket == 20:  # a bucket is launched once its bytes reach bucket_bytes
         assert seen == [['2.bias', '2.weight'], ['0.bias', '0.weight']]
+    # Only a launch at the end of backward runs its round on this thread
+    # (issue 27); a full bucket's, mid-backward, leaves it to the engine
+    # (at 20 B and 1 B the last gradient fills a bucket: nothing is left
+    # for the end).
+    assert drives == {25 << 20: [True], 20: [False, False], 1: [False] * 4, 0: []}[bucket]
     opt.synchronize()
     assert len(seen) == calls
     for p, w in zip(model.parameters(), grads_of(model, range(N), seed=4)):

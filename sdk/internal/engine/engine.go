@@ -209,6 +209,11 @@ type Config struct {
 	// round every Heartbeat checks that the peers are still there (see
 	// heartbeatIn). 0 disables it.
 	Heartbeat time.Duration
+	// CallerRounds (HVD_CALLER_ROUNDS, experimental): over a control plane
+	// whose Idle is shared (backends.SharedIdler), the engine goroutine
+	// sleeps without the right to run rounds, so that a caller waiting
+	// with drive runs them on its own thread (Handle.WaitDriving, TryHold).
+	CallerRounds bool
 	// Meter, when set, counts ops, bytes and phase times for the job's
 	// metrics (meter.go); nil costs nothing.
 	Meter *Meter
@@ -244,6 +249,15 @@ type Engine struct {
 	drv       sync.Mutex
 	wantDrive atomic.Int32 // callers trying to take drv (spinForWork lets go of it)
 	polling   atomic.Bool  // the engine goroutine is in spinForWork (a caller may take drv)
+	// held: a caller holds drv (TryHold, drive): it runs the rounds of what
+	// is enqueued meanwhile, so Enqueue does not wake the engine goroutine
+	// (letGo wakes it for what the caller leaves queued).
+	held atomic.Bool
+	// sharedIdle: the control plane's Idle may run beside the rounds
+	// (backends.SharedIdler) and Config.CallerRounds asks for it: the engine
+	// goroutine sleeps in it without drv, so that a waiting caller can take
+	// drv and run the round itself.
+	sharedIdle bool
 
 	fusion    []byte
 	own       Params                 // this rank's configured settings (New)

@@ -36,6 +36,9 @@ func New(cfg Config) (*Engine, error) {
 	if e.rank == 0 {
 		e.coord = NewCoordinator(e.n, cfg.GlobalRanks)
 	}
+	if si, ok := cfg.Control.(backends.SharedIdler); ok && si.IdleShared() && cfg.CallerRounds {
+		e.sharedIdle = true
+	}
 	go e.loop()
 	return e, nil
 }
@@ -86,7 +89,9 @@ func (e *Engine) Enqueue(ops ...*Op) error {
 		e.enqAt.Store(time.Now().UnixNano())
 	}
 	e.queued.Store(true)
-	e.control.Kick()
+	if !e.held.Load() { // a caller holding drv runs the round (letGo kicks for what it leaves)
+		e.control.Kick()
+	}
 	return nil
 }
 
@@ -136,6 +141,7 @@ func (e *Engine) Err() error {
 
 func (e *Engine) loop() {
 	defer close(e.done)
+	rested := false // woke from Idle after a caller's rounds: no spin before sleeping again
 	for {
 		e.drv.Lock()
 		e.mu.Lock()
@@ -145,7 +151,7 @@ func (e *Engine) loop() {
 			e.drv.Unlock()
 			return
 		}
-		if !hasNew && e.cfg.Spin > 0 {
+		if !hasNew && e.cfg.Spin > 0 && !rested {
 			hasNew = e.spinForWork() // may let a waiting caller drive meanwhile
 			e.mu.Lock()
 			over = e.closed || e.err != nil
@@ -163,7 +169,26 @@ func (e *Engine) loop() {
 			if beat := e.heartbeatIn(); beat >= 0 && (timeout < 0 || beat < timeout) {
 				timeout = beat
 			}
-			incoming, err := e.control.Idle(timeout)
+			rested = false
+			var incoming bool
+			var err error
+			if e.sharedIdle {
+				// Sleep without drv: a caller waiting for its op may take
+				// it meanwhile and run the round on its own thread
+				// (driveHeld). Its rounds move what Idle reads, so after
+				// any, look again instead of trusting what Idle said.
+				gen := e.stats.driven.Load()
+				e.drv.Unlock()
+				incoming, err = e.control.Idle(timeout)
+				e.drv.Lock()
+				if err == nil && e.stats.driven.Load() != gen {
+					e.drv.Unlock()
+					rested = true
+					continue
+				}
+			} else {
+				incoming, err = e.control.Idle(timeout)
+			}
 			if err != nil {
 				// A peer left or died while this rank idled. Close this rank's
 				// side too, so that members already waiting on it (in a round
@@ -245,7 +270,7 @@ func (e *Engine) drive(h *Handle) {
 // the engine goroutine is not polling (asleep in Idle, in a round, or
 // never spinning because ranks outnumber cores).
 func (e *Engine) takeDrive() bool {
-	if e.drv.TryLock() {
+	if e.tryHold() {
 		return true
 	}
 	if !e.polling.Load() {
@@ -255,11 +280,30 @@ func (e *Engine) takeDrive() bool {
 	defer e.wantDrive.Add(-1)
 	deadline := time.Now().Add(20 * time.Microsecond)
 	for e.polling.Load() && time.Now().Before(deadline) {
-		if e.drv.TryLock() {
+		if e.tryHold() {
 			return true
 		}
 	}
-	return e.drv.TryLock()
+	return e.tryHold()
+}
+
+// tryHold takes drv for a caller without blocking.
+func (e *Engine) tryHold() bool {
+	if !e.drv.TryLock() {
+		return false
+	}
+	e.held.Store(true)
+	return true
+}
+
+// letGo gives back drv a caller held, and wakes the engine goroutine for
+// whatever was enqueued meanwhile and not run (Enqueue did not wake it).
+func (e *Engine) letGo() {
+	e.held.Store(false)
+	e.drv.Unlock()
+	if e.queued.Load() {
+		e.control.Kick()
+	}
 }
 
 // TryHold takes the right to run the engine's rounds if the engine
@@ -276,21 +320,28 @@ func (e *Engine) TryHold() bool { return e.takeDrive() }
 // The caller then waits on h as usual.
 func (e *Engine) DriveHeld(h *Handle) {
 	if h == nil {
-		e.drv.Unlock()
+		e.letGo()
 		return
 	}
 	e.driveHeld(h)
 }
 
+// CallerIdleLimit bounds how long a driving caller sleeps in a shared
+// Idle for its peers to start the round (then it lets go of drv, and
+// waits for the engine goroutine as usual): the engine goroutine's stall
+// inspector and heartbeat wait meanwhile.
+const CallerIdleLimit = 10 * time.Millisecond
+
 // driveHeld is drive's loop; it is entered with e.drv held and returns
-// with it released.
+// with it released. With a shared Idle the caller also sleeps there for
+// its peers (up to CallerIdleLimit), so that their round wakes this
+// thread alone, which runs it and returns: no hand-off to the engine
+// goroutine and back.
 func (e *Engine) driveHeld(h *Handle) {
-	for first := true; ; first = false {
-		if !first && !e.drv.TryLock() {
-			return
-		}
+	var until time.Time
+	for {
 		if h.Poll() { // done meanwhile (possibly before the first round)
-			e.drv.Unlock()
+			e.letGo()
 			return
 		}
 		e.mu.Lock()
@@ -298,23 +349,33 @@ func (e *Engine) driveHeld(h *Handle) {
 		e.mu.Unlock()
 		work := !over && e.queued.Load()
 		if !over && !work {
-			in, err := e.control.Idle(0)
+			wait := time.Duration(0)
+			if e.sharedIdle {
+				if until.IsZero() {
+					until = time.Now().Add(CallerIdleLimit)
+				}
+				wait = max(time.Until(until), 0)
+			}
+			in, err := e.control.Idle(wait)
 			if err != nil {
 				e.closePlanes()
 				e.stop(err)
-				e.drv.Unlock()
+				e.letGo()
 				return
 			}
-			work = in
+			work = in || e.queued.Load()
+			if !work && wait > 0 {
+				continue // woke early (the engine goroutine was looking too): until the limit
+			}
 		}
 		if !work {
-			e.drv.Unlock()
+			e.letGo()
 			return
 		}
 		e.stats.driven.Add(1)
 		ok := e.step()
-		e.drv.Unlock()
-		if !ok {
+		e.letGo()
+		if !ok || !e.tryHold() {
 			return
 		}
 	}
