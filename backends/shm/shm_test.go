@@ -80,6 +80,14 @@ func shmFiles(t testing.TB) map[string]bool {
 	return out
 }
 
+// variantDTypes are the dtypes a race run (-short) takes: one of each
+// element size (1, 2, 4, 8 bytes: what changes how a buffer is cut into
+// slots, chunks and blocks) and a 16-bit float (reduced through float32).
+// Which dtype it is changes which reduction kernel runs, not when buffers
+// pass between goroutines (what the race detector watches); backends' own
+// tests cover every kernel, and the normal run takes every dtype here.
+var variantDTypes = []backends.DType{backends.Uint8, backends.BFloat16, backends.Int32, backends.Float32, backends.Float64}
+
 func TestConformance(t *testing.T) {
 	before := shmFiles(t)
 	for _, n := range []int{1, 2, 3, 4} {
@@ -87,6 +95,7 @@ func TestConformance(t *testing.T) {
 			o := conformance.Options{}
 			if testing.Short() {
 				o.Counts = []int{0, 1, 7, 1001, 70000}
+				o.DTypes = variantDTypes
 			}
 			conformance.RunAll(t, asComms(newComms(t, n, nil)), o)
 		})
@@ -98,8 +107,15 @@ func TestConformance(t *testing.T) {
 
 // TestConformancePaths forces every message through the slots or through
 // cross-memory attach, and a tiny chunk so pipelining crosses many chunks.
+// Under -short (the race run) each path runs variantDTypes and two reduce
+// ops, an arithmetic and a comparing one (the op, like the dtype, changes
+// only the kernel); TestConformance takes every op under -race.
 func TestConformancePaths(t *testing.T) {
 	o := conformance.Options{Counts: []int{0, 1, 7, 1001, 70000}}
+	if testing.Short() {
+		o.DTypes = variantDTypes
+		o.Ops = []backends.ReduceOp{backends.Sum, backends.Min}
+	}
 	for _, tc := range []struct {
 		name         string
 		small, chunk int

@@ -72,10 +72,36 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// variantDTypes are the dtypes the suites that vary one setting of the
+// transport (forced algorithms, lazy connections, encryption) run under
+// -short, the race run: one of each element size (1, 2, 4 and 8 bytes:
+// what changes how a buffer is split into blocks and chunks) and a 16-bit
+// float (reduced through float32). Which dtype it is changes which
+// reduction kernel runs, not when buffers pass between goroutines (what
+// the race detector watches); TestConformance runs every dtype under
+// -race, and the normal run runs every dtype in every variant.
+var variantDTypes = []backends.DType{backends.Uint8, backends.BFloat16, backends.Int32, backends.Float32, backends.Float64}
+
+// variantOps: likewise two reduce ops (an arithmetic and a comparing one)
+// under -short; the op changes only the kernel.
+var variantOps = []backends.ReduceOp{backends.Sum, backends.Min}
+
+// variant returns o with the dtypes cut to variantDTypes and the ops to
+// variantOps under -short.
+func variant(o conformance.Options) conformance.Options {
+	if testing.Short() && o.DTypes == nil {
+		o.DTypes = variantDTypes
+	}
+	if testing.Short() && o.Ops == nil {
+		o.Ops = variantOps
+	}
+	return o
+}
+
 // The small/large switch must not change results: force every size through
 // the bandwidth algorithms (ring, chain) and through the direct ones.
 func TestConformanceForcedAlgorithms(t *testing.T) {
-	o := conformance.Options{Counts: []int{0, 1, 7, 1001, 70000}}
+	o := variant(conformance.Options{Counts: []int{0, 1, 7, 1001, 70000}})
 	for _, small := range []int{1, 1 << 30} {
 		for _, n := range []int{2, 3, 5} {
 			t.Run(fmt.Sprintf("small%d/np%d", small, n), func(t *testing.T) {
