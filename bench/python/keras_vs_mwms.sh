@@ -61,7 +61,7 @@ hvd() {
   sed -n 's/^\[0\]<stdout>://p' "$LOG/hvd" | grep '^keras_step'
 }
 
-echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); ${FLAGS[*]}"
+echo "# $(date -u +%FT%TZ) checkout $(git rev-parse --short HEAD), hvd from $BIN, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); ${FLAGS[*]}"
 for r in $(seq "$ROUNDS"); do
   for m in $MODELS; do
     hvd "$m"
