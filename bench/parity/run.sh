@@ -23,6 +23,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+# HVD_BIN: where `make build python plugins` put hvdgen, hvdrun, the plugins
+# and libhvd.so (default bin/; another directory lets a run go on while bin/
+# is being rebuilt: make BIN=DIR PYBUILD=DIR2 plugins).
+BIN="${HVD_BIN:-$ROOT/bin}"
 CACHE="${HVD_CACHE_DIR:-$HOME/.cache/hvd}"
 TESTS="${HVD_HOROVOD_TESTS:-$CACHE/horovod-tests}"
 SUITE=${1:?usage: run.sh SUITE NP [pytest args] | run.sh fetch}
@@ -87,11 +91,11 @@ DEPS="$CACHE/parity/deps-$("$PY" -c 'import sys; print("%d.%d" % sys.version_inf
 if ! PYTHONPATH="$DEPS" "$PY" -c 'import pytest, parameterized, mock, cloudpickle, packaging' 2>/dev/null; then
   "$PY" -m pip install -q --disable-pip-version-check --target "$DEPS" pytest parameterized mock cloudpickle packaging
 fi
-bin/hvdgen plugin install --plugin-dir bin --python "$PY" --target "$WORK/site" --lib bin/libhvd.so "$FW" >/dev/null
+"$BIN/hvdgen" plugin install --plugin-dir "$BIN" --python "$PY" --target "$WORK/site" --lib "$BIN/libhvd.so" "$FW" >/dev/null
 
 cd "$WORK/test/parallel"
 set +e
-PYTHONPATH="$WORK/site:$DEPS" timeout "${PARITY_TIMEOUT:-900}" "$ROOT/bin/hvdrun" -np "$NP" \
+PYTHONPATH="$WORK/site:$DEPS" timeout "${PARITY_TIMEOUT:-900}" "$BIN/hvdrun" -np "$NP" \
   "$PY" -m pytest -p no:cacheprovider -v -rfEs --junitxml="$WORK/junit/rank"'$HOROVOD_RANK'.xml "$@" "$FILE" \
   > "$WORK/out.txt" 2>&1
 rc=$?
