@@ -184,15 +184,17 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 		if c.kicked.Swap(false) {
 			return false, nil
 		}
-		if in, ok, err := look(true); !ok || in || err != nil {
-			return in, err
-		}
 		d := sleepSlice * 20
 		if timeout >= 0 {
 			d = min(d, time.Until(deadline))
-			if d <= 0 {
-				return false, nil
-			}
+		}
+		// The peers' liveness (a poll per peer) only before a sleep: the
+		// engine's spin calls Idle(0) back to back.
+		if in, ok, err := look(d > 0); !ok || in || err != nil {
+			return in, err
+		}
+		if d <= 0 {
+			return false, nil
 		}
 		futexWait(bell, v, d)
 	}
