@@ -11,6 +11,7 @@
 package conformance
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -166,6 +167,9 @@ func expectReduced(dt backends.DType, op backends.ReduceOp, size, from, n int) [
 func diff(what string, got, want []byte, es int) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%s: got %d bytes, want %d", what, len(got), len(want))
+	}
+	if bytes.Equal(got, want) { // the element walk only to name the first bad one (it is slow under -race)
+		return nil
 	}
 	for i := 0; i < len(got); i += es {
 		if string(got[i:i+es]) != string(want[i:i+es]) {
