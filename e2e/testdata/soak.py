@@ -1,6 +1,7 @@
 """Soak: mixed collectives, dynamic process-set churn and broadcast_object
 for a fixed time, every result checked, and this rank's memory, file
-descriptors and threads measured after a warm-up and at the end. Run under
+descriptors and threads measured after a warm-up and at the end (and
+"SOAK-MID" printed halfway, where the test samples hvdrun). Run under
 hvdrun -np 3 by e2e/hardening_test.go TestSoak:
 
     soak.py SECONDS
@@ -27,6 +28,7 @@ r, n = hvd.rank(), hvd.size()
 seconds = float(sys.argv[1])
 start = time.time()
 warm = None
+mid = False
 it = 0
 while True:
     # Rank 0 decides when to stop (every rank makes the same calls).
@@ -56,6 +58,9 @@ while True:
         warm = usage()
         warm['it'] = it
         print('SOAK-WARM', flush=True)
+    if not mid and time.time() - start > seconds / 2:
+        mid = True
+        print('SOAK-MID', flush=True)  # hvdrun is sampled here too
 end = usage()
 end['it'] = it
 print('SOAK ' + json.dumps({'rank': r, 'warm': warm, 'end': end}), flush=True)
