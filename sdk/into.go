@@ -31,7 +31,7 @@ func (ps *ProcessSet) AllreduceIntoAsync(t, out Tensor, o ReduceOptions) (*Handl
 // WaitFromC (measured here: faster at np 4 on 2 cores, slower at np 2 while other
 // processes loaded the machine — issue 18's notes in docs/performance.md).
 func (ps *ProcessSet) AllreduceIntoDriving(t, out Tensor, o ReduceOptions) error {
-	if ps == nil || ps.w == nil || !ps.w.knobs.callerDrive {
+	if !ps.callerRounds() {
 		h, err := ps.AllreduceIntoAsync(t, out, o)
 		if err == nil {
 			_, err = h.WaitFromC()
@@ -123,7 +123,7 @@ func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, 
 		}
 		ops[i] = ps.reduceOp(engine.Allreduce, t, outs[i], oi, ps.fullName(op, names[i]))
 	}
-	held := drive && ps != nil && ps.w != nil && ps.w.knobs.callerDrive && ps.eng != nil && ps.eng.TryHold()
+	held := drive && ps.callerRounds() && ps.eng != nil && ps.eng.TryHold()
 	h, err := ps.enqueue(op, ops...)
 	if held {
 		var last *engine.Handle
@@ -148,7 +148,7 @@ func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, 
 // while the engine only polls or sleeps in a shared Idle), otherwise Wait's.
 func WaitMany(hs []*Handle, drive bool) error {
 	mode := waitPlain
-	if drive && len(hs) > 0 && hs[0].ps != nil && hs[0].ps.w != nil && hs[0].ps.w.knobs.callerDrive {
+	if drive && len(hs) > 0 && hs[0].ps.callerRounds() {
 		mode = waitDriving
 	}
 	for _, h := range hs {
@@ -157,4 +157,10 @@ func WaitMany(hs []*Handle, drive bool) error {
 		}
 	}
 	return nil
+}
+
+// callerRounds says whether callers that ask to run the set's rounds may
+// (HVD_CALLER_ROUNDS=1, experimental).
+func (ps *ProcessSet) callerRounds() bool {
+	return ps != nil && ps.w != nil && ps.w.knobs.callerDrive
 }

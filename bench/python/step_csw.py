@@ -13,10 +13,9 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 
 import hvd.torch as hvd
-from steps import mlp, mlp_batches
+from steps import mlp, mlp_batches, train_step
 
 p = argparse.ArgumentParser()
 p.add_argument('--hidden', type=int, default=64)
@@ -31,21 +30,13 @@ data = mlp_batches(r, 64)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=model.named_parameters())
 hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
-
-def step(i):
-    x, y = data[i % len(data)]
-    opt.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    opt.step()
-
-
 for i in range(50):
-    step(i)
+    train_step(model, opt, data[i % len(data)])
 times = []
 ru0 = resource.getrusage(resource.RUSAGE_SELF)
 for i in range(args.steps):
     t0 = time.perf_counter()
-    step(i)
+    train_step(model, opt, data[i % len(data)])
     times.append(time.perf_counter() - t0)
 ru1 = resource.getrusage(resource.RUSAGE_SELF)
 n = args.steps

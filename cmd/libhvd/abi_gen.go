@@ -422,7 +422,7 @@ func hvd_grouped_allreduce_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, 
 	return C.int64_t(v)
 }
 
-// hvd_allreduce_many_async enqueues n independent allreduces (tensor i into output i, named name i, with priority i: what n allreduce_async calls do) in one call and one wake-up of the engine; all are checked before any is enqueued; returns the first of n consecutive handles. drive: when the engine is only polling for work, the calling thread runs the rounds until the last of them completes.
+// hvd_allreduce_many_async enqueues n independent allreduces (tensor i into output i, named name i, with priority i: what n allreduce_async calls do) in one call and one wake-up of the engine; all are checked before any is enqueued; returns the first of n consecutive handles. drive: with HVD_CALLER_ROUNDS=1, when the engine is only polling for work or asleep (shm), the calling thread runs the rounds until the last of them completes.
 //
 //export hvd_allreduce_many_async
 func hvd_allreduce_many_async(tensors *unsafe.Pointer, tensorsLen C.int64_t, outputs *unsafe.Pointer, outputsLen C.int64_t, dtypes *C.int32_t, dtypesLen C.int64_t, ndims *C.int32_t, ndimsLen C.int64_t, shapes *C.int64_t, shapesLen C.int64_t, op C.int32_t, prescale C.double, postscale C.double, processSet C.int32_t, names *C.char, nameLens *C.int32_t, nameLensLen C.int64_t, priorities *C.int32_t, prioritiesLen C.int64_t, drive C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int64_t) {
@@ -662,7 +662,7 @@ func hvd_wait(handle C.int64_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t
 	return C.int32_t(v)
 }
 
-// hvd_wait_many blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: the calling thread runs rounds when the engine is only polling.
+// hvd_wait_many blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: with HVD_CALLER_ROUNDS=1, the calling thread runs rounds when the engine is only polling or asleep (shm).
 //
 //export hvd_wait_many
 func hvd_wait_many(handles *C.int64_t, handlesLen C.int64_t, drive C.int32_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {

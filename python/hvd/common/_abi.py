@@ -394,7 +394,7 @@ def grouped_allreduce_async(tensors, outputs, dtypes, ndims, shapes, op, prescal
 
 
 def allreduce_many_async(tensors, outputs, dtypes, ndims, shapes, op, prescale, postscale, process_set, names, name_lens, priorities, drive):
-    """enqueues n independent allreduces (tensor i into output i, named name i, with priority i: what n allreduce_async calls do) in one call and one wake-up of the engine; all are checked before any is enqueued; returns the first of n consecutive handles. drive: when the engine is only polling for work, the calling thread runs the rounds until the last of them completes."""
+    """enqueues n independent allreduces (tensor i into output i, named name i, with priority i: what n allreduce_async calls do) in one call and one wake-up of the engine; all are checked before any is enqueued; returns the first of n consecutive handles. drive: with HVD_CALLER_ROUNDS=1, when the engine is only polling for work or asleep (shm), the calling thread runs the rounds until the last of them completes."""
     _tensors, _tensors_len = _array(ctypes.c_void_p, tensors)
     _outputs, _outputs_len = _array(ctypes.c_void_p, outputs)
     _dtypes, _dtypes_len = _array(ctypes.c_int32, dtypes)
@@ -560,7 +560,7 @@ def wait(handle):
 
 
 def wait_many(handles, drive):
-    """blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: the calling thread runs rounds when the engine is only polling."""
+    """blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: with HVD_CALLER_ROUNDS=1, the calling thread runs rounds when the engine is only polling or asleep (shm)."""
     _handles, _handles_len = _array(ctypes.c_int64, handles)
     _err = ctypes.create_string_buffer(ERR_LEN)
     _r = _lib.hvd_wait_many(_handles, _handles_len, 1 if drive else 0, _err, ERR_LEN)

@@ -306,8 +306,9 @@ class Collectives:
         automatic) and priority, in one library call (one crossing and one
         wake-up of the engine instead of one per tensor). Returns one handle
         per tensor, in order, for synchronize or synchronize_many. Every
-        tensor is checked before any op is enqueued. drive: when the engine
-        is only polling, the calling thread runs the rounds until the last op
+        tensor is checked before any op is enqueued. drive: with
+        HVD_CALLER_ROUNDS=1 (experimental), when the engine is only polling
+        or asleep (shm), the calling thread runs the rounds until the last op
         completes (for a batch waited on at once)."""
         fw = self.fw
         xs = self._group(tensors, True)

@@ -94,8 +94,8 @@ def synchronize_many(handles, drive=False):
     release call into the library (instead of two per handle); returns the
     results in order. When an op failed, the handles are synchronized one by
     one instead, so that the first failed one raises as synchronize does.
-    drive: the calling thread runs the engine's rounds when it is only
-    polling."""
+    drive: with HVD_CALLER_ROUNDS=1 (experimental), the calling thread runs
+    the engine's rounds when it is only polling or asleep (shm)."""
     known = [h for h in handles if h in handle_map]
     if not known:
         return [None] * len(handles)
