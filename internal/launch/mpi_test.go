@@ -170,7 +170,10 @@ func TestMPIRunInterrupted(t *testing.T) {
 	}
 	for rank := range 2 {
 		pid := readPid(t, filepath.Join(r.dir, "pid."+strconv.Itoa(rank)))
-		deadline := time.Now().Add(3 * time.Second) // the shim's watchdog ticks every second
+		// The shim's watchdog ticks every second; under CI's load (every
+		// package's tests at once) 3 s was once too short. A rank left
+		// running sleeps 60 s, so 10 s still catches it.
+		deadline := time.Now().Add(10 * time.Second)
 		for !processGone(pid) && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
 		}
