@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -398,6 +399,53 @@ func TestPythonElasticDriver(t *testing.T) {
 			}
 			if after := shmSegments(t); len(after) > len(before) {
 				t.Errorf("segments left in /dev/shm: %v (before: %v)", after, before)
+			}
+		})
+	}
+}
+
+// The Go runtime of a framework process (cmd/libhvd/procs.go), read from
+// the runtime's own scheduler trace on every rank: its default after init,
+// one processor after collectives separated by long computation, the
+// default again after short steps; the user's GOMAXPROCS always.
+func TestPythonGoProcessors(t *testing.T) {
+	pkg := pythonPackage(t)
+	cpus := strconv.Itoa(runtime.NumCPU())
+	for _, c := range []struct {
+		np   int
+		set  string            // GOMAXPROCS set from Python before init ("-": not set)
+		want map[string]string // gomaxprocs before each mark
+	}{
+		{2, "-", map[string]string{"init": cpus, "long": "1", "short": cpus}},
+		{3, "-", map[string]string{"init": cpus, "long": "1", "short": cpus}},
+		{2, "3", map[string]string{"init": "3", "long": "3", "short": "3"}},
+	} {
+		t.Run(fmt.Sprintf("np%d_%s", c.np, c.set), func(t *testing.T) {
+			env := pyEnv(pkg, "GODEBUG=schedtrace=20")
+			out, code := hvdrun(t, 2*time.Minute, env, "-np", strconv.Itoa(c.np), python, "testdata/goprocs.py", c.set)
+			if code != 0 || strings.Count(out, "]<stdout>:mark short") != c.np {
+				t.Fatalf("exit %d:\n%s", code, tail(out, 60))
+			}
+			re := regexp.MustCompile(`gomaxprocs=(\d+)`)
+			mark := regexp.MustCompile(`<stdout>:mark (\w+) rank`)
+			for r := 0; r < c.np; r++ {
+				last, got := "", map[string]string{}
+				for _, line := range strings.Split(out, "\n") {
+					if !strings.HasPrefix(line, fmt.Sprintf("[%d]<", r)) {
+						continue
+					}
+					if m := re.FindStringSubmatch(line); m != nil {
+						last = m[1]
+					}
+					if m := mark.FindStringSubmatch(line); m != nil {
+						got[m[1]] = last
+					}
+				}
+				for _, k := range []string{"init", "long", "short"} {
+					if got[k] != c.want[k] {
+						t.Errorf("rank %d: gomaxprocs=%q before mark %s, want %s (all: %v)", r, got[k], k, c.want[k], got)
+					}
+				}
 			}
 		})
 	}

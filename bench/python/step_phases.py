@@ -31,6 +31,7 @@ p.add_argument('--hidden', type=int, default=64)
 p.add_argument('--steps', type=int, default=200)
 p.add_argument('--rounds', type=int, default=3)
 p.add_argument('--batch', type=int, default=64)
+p.add_argument('--all-ranks', action='store_true', help='every rank prints its phases (rank skew shows as sync on the early rank)')
 p.add_argument('--quantiles', action='store_true', help='also print the step time quantiles of each kind')
 p.add_argument('--kinds', default='local,hvd,ddp',
                help='local, ddp, hvd (the default DistributedOptimizer) and hvd:B (bucket_bytes=B)')
@@ -88,6 +89,12 @@ for r in range(args.rounds):
         steps_all[kind].extend(row[4] for row in rows)
         for j, ph in enumerate(PH):
             res[kind][ph].append(statistics.median(row[j] for row in rows) * 1e6)
+if args.all_ranks:
+    for r in range(size):
+        if r == rank:
+            for kind in kinds:
+                print('rank %d %-8s' % (rank, kind) + ''.join('%10.0f' % statistics.median(res[kind][ph]) for ph in PH), flush=True)
+        hvd.barrier()
 if rank == 0:
     print('# np=%d hidden=%d params=%d batch=%d steps=%d rounds=%d' % (
         size, args.hidden, sum(q.numel() for q in base.parameters()), args.batch, args.steps, args.rounds))

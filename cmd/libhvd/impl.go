@@ -45,6 +45,7 @@ func addHandle(h *sdk.Handle, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	launched()
 	handles.Lock()
 	defer handles.Unlock()
 	handles.next++
@@ -70,7 +71,11 @@ func implInit(flat, sizes []int32, tokens []int64, dynamic bool) (int32, error) 
 	if err != nil {
 		return 0, err
 	}
-	return 0, sdk.Init(sdk.Config{SetSpecs: specs, Dynamic: dynamic})
+	if err := sdk.Init(sdk.Config{SetSpecs: specs, Dynamic: dynamic}); err != nil {
+		return 0, err
+	}
+	setProcs()
+	return 0, nil
 }
 
 func implShutdown() (int32, error) {
@@ -250,6 +255,8 @@ func implAllreduce(in, out unsafe.Pointer, dtype int32, shape []int64, op int32,
 	if err != nil {
 		return 0, err
 	}
+	launched()
+	defer returned()
 	return 0, ps.AllreduceIntoDriving(t, o, reduceOpts(op, pre, post, name, prio))
 }
 
@@ -424,6 +431,7 @@ func implPoll(id int64) (int32, error) {
 }
 
 func implWait(id int64) (int32, error) {
+	defer returned()
 	h, err := getHandle(id)
 	if err != nil {
 		return 0, err
@@ -506,6 +514,7 @@ func implHandleReceivedSplits(id int64, out []int32) (int32, error) {
 }
 
 func implRelease(id int64) (int32, error) {
+	defer returned()
 	handles.Lock()
 	defer handles.Unlock()
 	if _, ok := handles.m[id]; !ok {
@@ -560,6 +569,7 @@ func implAllreduceManyAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, s
 	if err != nil {
 		return 0, err
 	}
+	launched()
 	// n consecutive ids, the first returned.
 	handles.Lock()
 	defer handles.Unlock()
@@ -572,6 +582,7 @@ func implAllreduceManyAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, s
 }
 
 func implWaitMany(ids []int64, drive bool) (int32, error) {
+	defer returned()
 	hs := make([]*sdk.Handle, len(ids))
 	for i, id := range ids {
 		h, err := getHandle(id)
@@ -584,6 +595,7 @@ func implWaitMany(ids []int64, drive bool) (int32, error) {
 }
 
 func implReleaseMany(ids []int64) (int32, error) {
+	defer returned()
 	handles.Lock()
 	defer handles.Unlock()
 	var missing []int64
