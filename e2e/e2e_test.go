@@ -129,10 +129,24 @@ func TestBindToCore(t *testing.T) {
 	if len(m) != 2 || m[0][2] == m[1][2] {
 		t.Fatalf("want two ranks bound to two different single CPUs:\n%s", tail(out, 30))
 	}
-	// Without the flag nothing is bound.
+	// Bound to one CPU, the Go runtime runs on one processor (sdk/world.go).
+	procs := regexp.MustCompile(`rank (\d): gomaxprocs (\d+)\n`)
+	if p := procs.FindAllStringSubmatch(out, -1); len(p) != 2 || p[0][2] != "1" || p[1][2] != "1" {
+		t.Fatalf("want both bound ranks on gomaxprocs 1, got %v:\n%s", p, tail(out, 30))
+	}
+	// ... unless the user set GOMAXPROCS.
+	out, code = hvdrun(t, 2*time.Minute, []string{"GOMAXPROCS=3"}, "--bind-to", "core", "-np", "2", bin("hvdconform"), "-quick")
+	if p := procs.FindAllStringSubmatch(out, -1); code != 0 || len(p) != 2 || p[0][2] != "3" || p[1][2] != "3" {
+		t.Fatalf("exit %d; want both ranks on the user's gomaxprocs 3, got %v:\n%s", code, p, tail(out, 30))
+	}
+	// Without the flag nothing is bound, and the runtime keeps its default.
 	out, _ = hvdrun(t, 2*time.Minute, nil, "-np", "2", bin("hvdconform"), "-quick")
 	if len(re.FindAllStringSubmatch(out, -1)) != 0 {
 		t.Fatalf("ranks were bound without --bind-to:\n%s", tail(out, 30))
+	}
+	want := strconv.Itoa(runtime.NumCPU())
+	if p := procs.FindAllStringSubmatch(out, -1); len(p) != 2 || p[0][2] != want || p[1][2] != want {
+		t.Fatalf("want both unbound ranks on gomaxprocs %s, got %v:\n%s", want, p, tail(out, 30))
 	}
 }
 

@@ -377,3 +377,12 @@ func readKnobs(getenv func(string) (string, bool)) (knobs, error) {
 	}
 	return k, errors.Join(errs...)
 }
+
+// UserProcs returns the GOMAXPROCS the user set, read as Go's runtime reads
+// it (a positive integer), or 0 when it is unset or not a processor count.
+func UserProcs(v string) int {
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return n
+	}
+	return 0
+}

@@ -284,3 +284,11 @@ func TestKnobsNCCLLibraries(t *testing.T) {
 		t.Fatalf("unset: %+v", k.backendSettings())
 	}
 }
+
+func TestUserProcs(t *testing.T) {
+	for v, want := range map[string]int{"": 0, "4": 4, "1": 1, " 3 ": 0, "0": 0, "-1": 0, "two": 0} {
+		if got := UserProcs(v); got != want {
+			t.Errorf("UserProcs(%q) = %d, want %d", v, got, want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -218,8 +219,17 @@ func start(ctx context.Context, cfg Config, mpi wiring.MPI) (*World, error) {
 	}
 	w.id.LocalRank, w.id.LocalSize = w.topo.LocalRank, w.topo.LocalSize
 	if k.bindTo == "core" {
-		if err := cpubind.ToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf); err != nil {
+		bound, err := cpubind.ToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf)
+		if err != nil {
 			return nil, err
+		}
+		if v, _ := getenv("GOMAXPROCS"); bound && UserProcs(v) == 0 {
+			// One CPU now: the runtime's processors follow (its default
+			// counts the CPUs it may run on), so that the engine and
+			// its callers take turns on one thread instead of handing
+			// work between two on one core (issue 27: a named 8 B
+			// allreduce 7 µs instead of 20–34 µs here).
+			runtime.SetDefaultGOMAXPROCS()
 		}
 	}
 	w.id.CrossRank, w.id.CrossSize = w.topo.CrossRank, w.topo.CrossSize

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -80,6 +81,7 @@ func conform(quick bool) int {
 		}
 		fmt.Printf("rank %d: cpus %v\n", w.Rank(), list)
 	}
+	fmt.Printf("rank %d: gomaxprocs %d\n", w.Rank(), runtime.GOMAXPROCS(0))
 	o := conformance.Options{}
 	if quick {
 		o.Counts = []int{0, 1, 7, 1001}

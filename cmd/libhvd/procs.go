@@ -3,9 +3,10 @@ package main
 import (
 	"os"
 	"runtime"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/hvdorg/hvd/sdk"
 )
 
 // The Go runtime in a framework process (issue 27).
@@ -95,22 +96,13 @@ var (
 	started   = time.Now()
 )
 
-// userProcs returns the GOMAXPROCS the user set (read as Go's runtime
-// reads it: a positive integer), or 0.
-func userProcs(env string) int {
-	if n, err := strconv.Atoi(env); err == nil && n > 0 {
-		return n
-	}
-	return 0
-}
-
 // setProcs runs at every init: the user's GOMAXPROCS as it is now (Python
 // may have set it after the runtime started), else the runtime's default
 // and the governor.
 func setProcs() {
 	procsSwap.Lock()
 	defer procsSwap.Unlock()
-	if n := userProcs(os.Getenv("GOMAXPROCS")); n > 0 {
+	if n := sdk.UserProcs(os.Getenv("GOMAXPROCS")); n > 0 {
 		governor.reset(false, time.Since(started))
 		runtime.GOMAXPROCS(n)
 		return

@@ -5,14 +5,6 @@ import (
 	"time"
 )
 
-func TestUserProcs(t *testing.T) {
-	for env, want := range map[string]int{"": 0, "4": 4, "1": 1, " 3 ": 0, "0": 0, "-1": 0, "two": 0} {
-		if got := userProcs(env); got != want {
-			t.Errorf("userProcs(%q) = %d, want %d", env, got, want)
-		}
-	}
-}
-
 // steps feeds the governor bursts of launches: each burst is k launches
 // 100 µs apart, bursts start gap after the previous burst's last launch.
 // It returns the switches seen, as "narrow"/"wide".

@@ -15,11 +15,12 @@ import (
 // rank i runs on the i-th CPU of the process's allowed set, as mpirun binds
 // ranks for np <= 2. Every thread of the process is moved (a framework may
 // have started its own before Init). Nothing is bound when local ranks
-// outnumber the allowed CPUs: binding would stack ranks on cores.
-func ToCore(localRank, localSize int, logf func(string, ...any)) error {
+// outnumber the allowed CPUs: binding would stack ranks on cores. bound
+// reports whether the process now runs on one CPU.
+func ToCore(localRank, localSize int, logf func(string, ...any)) (bound bool, err error) {
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return fmt.Errorf("hvd: HVD_BIND_TO=core: read the CPU mask: %w", err)
+		return false, fmt.Errorf("hvd: HVD_BIND_TO=core: read the CPU mask: %w", err)
 	}
 	var cpus []int
 	for c := 0; c < len(set)*64 && len(cpus) < set.Count(); c++ {
@@ -29,18 +30,19 @@ func ToCore(localRank, localSize int, logf func(string, ...any)) error {
 	}
 	if localSize > len(cpus) {
 		logf("hvd: HVD_BIND_TO=core: %d ranks on this host but %d CPUs allowed; not binding", localSize, len(cpus))
-		return nil
+		return false, nil
 	}
 	var one unix.CPUSet
 	one.Set(cpus[localRank])
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return unix.SchedSetaffinity(0, &one)
+		err := unix.SchedSetaffinity(0, &one)
+		return err == nil, err
 	}
 	for _, t := range tasks {
 		if tid, err := strconv.Atoi(t.Name()); err == nil {
 			unix.SchedSetaffinity(tid, &one) // a thread may have exited meanwhile
 		}
 	}
-	return nil
+	return true, nil
 }
