@@ -137,6 +137,27 @@ def test_exception_on_one_rank(np_, bad):
     assert 'in raise_on' in e.remote_traceback and 'in raise_on' in str(e)
 
 
+def test_first_failure_prefers_the_cause_over_its_echoes():
+    """A rank's own exception is reported over hvd's engine errors on the
+    peers that its exit caused, even when a peer's record is earlier (clocks
+    of two hosts, or a record taken late); among equals the earliest, then
+    the lowest rank."""
+    from hvd.common.exceptions import HorovodInternalError
+    from hvd.runner.task import error_record, first_failure
+    echo = error_record(0, HorovodInternalError('allreduce never: rank 1: closed the communicator (shut down)'),
+                        None, when=100.0)
+    cause = error_record(1, ValueError('boom on rank 1'), None, when=100.5)
+    ok = {'ok': True, 'rank': 2, 'value': 2}
+    assert echo['consequence'] and not cause['consequence']
+    assert first_failure({0: echo, 1: cause, 2: ok}) == (1, cause)
+    assert first_failure({0: echo, 2: ok}) == (0, echo)  # only echoes: the earliest of them
+    late = error_record(2, KeyError('later'), None, when=101.0)
+    assert first_failure({0: echo, 1: cause, 2: late})[0] == 1
+    tie = error_record(0, KeyError('same time'), None, when=100.5)
+    assert first_failure({1: cause, 0: tie})[0] == 0
+    assert first_failure({2: ok}) is None
+
+
 def test_exception_that_cannot_be_rebuilt():
     with pytest.raises(RunError, match=r'rank [01] \(.*\) raised .*CustomError: custom 1/2') as info:
         hvd.run(raise_custom, num_proc=2)

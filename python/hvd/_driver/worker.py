@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.parse
 
-from hvd.runner.task import error_record  # noqa: F401  (hvd.spark.run's failure records are hvd.run's)
+from hvd.runner.task import error_record, first_failure  # noqa: F401  (hvd.spark.run's failure records are hvd.run's)
 from hvd._driver import store as _store
 
 CTL_SCOPE = '_hvd_ctl'
@@ -156,9 +156,10 @@ def run_rank(job, rank, local_rank, local_size, cross_rank, cross_size, hostname
                 value = job['fn'](*job.get('args', ()), **(job.get('kwargs') or {}))
             except BaseException as e:  # noqa: B902 - reported to the driver
                 import traceback
+                rec = error_record(rank, e, None, when=time.time())  # before the shutdown fails the peers
                 traceback.print_exc()
                 _shutdown_hvd()
-                return error_record(rank, e, None)
+                return rec
             finally:
                 sys.stdout, sys.stderr = saved
                 out.flush()

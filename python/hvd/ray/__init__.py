@@ -65,6 +65,15 @@ def _failed_at(exc):
     return float('inf')
 
 
+def _first(failures):
+    """The failure to raise: a rank's own exception before hvd's engine
+    errors (HorovodInternalError) that follow from it on the peers, then the
+    earliest."""
+    from hvd.common.exceptions import HorovodInternalError
+    return min(failures, key=lambda e: (isinstance(e, HorovodInternalError)
+                                        or isinstance(getattr(e, 'cause', None), HorovodInternalError), _failed_at(e)))
+
+
 class RayExecutorSettings:
     """What create_settings returns (Horovod's BaseSettings fields that
     matter here)."""
@@ -300,7 +309,7 @@ class RayExecutor:
                             ray.get(r)
                         except Exception as e:  # noqa: B902
                             failures.append(e)
-                raise min(failures, key=_failed_at) from None
+                raise _first(failures) from None
         return ray.get(list(refs))
 
     def run_remote(self, fn, args=None, kwargs=None):

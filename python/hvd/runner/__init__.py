@@ -333,9 +333,10 @@ def _read_result(workdir, rank):
 
 def _collect(workdir, num_proc, code, stderr_tail):
     results = [_read_result(workdir, r) for r in range(num_proc)]
-    raised = [(res['time'], r, res) for r, res in enumerate(results) if res is not None and not res['ok']]
-    if raised:
-        _, rank, res = min(raised, key=lambda x: (x[0], x[1]))
+    from hvd.runner.task import first_failure
+    first = first_failure({r: res for r, res in enumerate(results) if res is not None})
+    if first:
+        rank, res = first
         exc = None
         if res.get('exception') is not None:
             try:

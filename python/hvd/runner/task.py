@@ -42,8 +42,14 @@ def _write(workdir, rank, record):
     os.replace(tmp, path)
 
 
-def error_record(rank, exc, what):
-    """The record of a rank whose function raised exc (also hvd.spark's)."""
+def error_record(rank, exc, what, when=None):
+    """The record of a rank whose function raised exc (also hvd.spark's).
+    when: the time it was caught (time.time()), taken before the rank shut
+    hvd down -- a shutdown fails the peers' collectives, and their records
+    must not look earlier than the cause. 'consequence' marks hvd's own
+    engine errors (HorovodInternalError: a peer died or closed its
+    communicator, a collective failed), which first_failure reports only
+    when no rank raised anything else."""
     tb = ''.join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         pickled = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
@@ -55,8 +61,21 @@ def error_record(rank, exc, what):
     message = str(exc)
     if what:
         message = '%s (%s)' % (message, what) if message else what
-    return {'ok': False, 'rank': rank, 'host': socket.gethostname(), 'time': time.time(), 'type': name,
-            'message': message, 'traceback': tb, 'exception': pickled}
+    consequence = any(c.__name__ == 'HorovodInternalError' and c.__module__.startswith('hvd.') for c in t.__mro__)
+    return {'ok': False, 'rank': rank, 'host': socket.gethostname(), 'time': time.time() if when is None else when,
+            'type': name, 'message': message, 'traceback': tb, 'exception': pickled, 'consequence': consequence}
+
+
+def first_failure(records):
+    """(rank, record) of the failure to report among {rank: record}: a
+    rank's own exception before hvd's engine errors that follow from it on
+    the peers, then the earliest, then the lowest rank; None when every
+    record is ok."""
+    raised = [(bool(rec.get('consequence')), rec['time'], r, rec) for r, rec in records.items() if not rec['ok']]
+    if not raised:
+        return None
+    _, _, rank, rec = min(raised, key=lambda x: x[:3])
+    return rank, rec
 
 
 def _fixup_main(path):

@@ -207,9 +207,9 @@ def run(fn, args=(), kwargs={}, num_proc=None, start_timeout=None, env=None, std
     missing = [r for r in range(num_proc) if r not in results]
     if missing:
         raise RunError('hvd.spark.run: ranks %s returned no result' % missing)
-    raised = [(rec['time'], r, rec) for r, rec in results.items() if not rec['ok']]
-    if raised:
-        _, rank, rec = min(raised, key=lambda x: (x[0], x[1]))
+    first = worker.first_failure(results)
+    if first:
+        rank, rec = first
         exc = None
         if rec.get('exception') is not None:
             try:
