@@ -19,7 +19,7 @@ build:
 
 # The main job: hvd.torch trains a small model on 2 processes
 # (examples/pytorch); installs Debian's python3-torch when it is missing.
-run: build python torch
+run: build torch python
 	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np $(PYNP) $(PYTHON) examples/pytorch/train.py
 
 # The model-parallel example: hvdgen generates the pipeline job for
@@ -27,7 +27,7 @@ run: build python torch
 # ranks = stages x data_parallel) and is compared with the same model run
 # in one process (float64, 20 steps).
 SPLIT_NP ?= 2
-run-split: build python plugins torch
+run-split: build torch python plugins
 	$(BIN)/hvdgen generate -f examples/split/hvd.yaml --plugin-dir $(BIN) --python $(PYTHON) --out $(CURDIR)/build/split --np $(SPLIT_NP)
 	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np $(SPLIT_NP) $(PYTHON) build/split/train.py --steps 20 --dtype float64 --dump build/split/pipeline.npz
 	PYTHONPATH=$(PYBUILD) $(PYTHON) build/split/train.py --reference --steps 20 --dtype float64 --dump build/split/reference.npz
@@ -37,7 +37,7 @@ run-split: build python plugins torch
 # 2 tensor x 2 pipeline stages (interleaved, 2 chunks each) x 2 data-parallel replicas with the
 # optimizer state sharded (ZeRO-1) into build/gpt; it trains 20 steps under hvdrun -np 8 and is
 # compared with the same model trained in one process (float64), with every rank's peak memory.
-run-gpt: build python plugins torch
+run-gpt: build torch python plugins
 	$(BIN)/hvdgen generate -f examples/gpt/hvd.yaml --plugin-dir $(BIN) --python $(PYTHON) --out $(CURDIR)/build/gpt --np 8
 	PYTHONPATH=$(PYBUILD) $(BIN)/hvdrun -np 8 $(PYTHON) build/gpt/train.py --steps 20 --batch-size 8 --dtype float64 --memory --dump build/gpt/split.npz
 	PYTHONPATH=$(PYBUILD) $(PYTHON) build/gpt/train.py --reference --steps 20 --batch-size 8 --dtype float64 --memory --dump build/gpt/reference.npz
@@ -53,6 +53,14 @@ python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC)
 	mkdir -p $(PYBUILD)
 	cp -r python/hvd $(PYBUILD)/
 	find $(PYBUILD)/hvd -name __pycache__ -prune -exec rm -rf {} +
+	rm -f $(PYBUILD)/hvd/common/_fastpath.c
+	@# hvd.torch's per-op fast path (hvd/common/_fastpath.c) for $(PYTHON), when its headers are
+	@# installed (python3-dev); without it the same calls run through ctypes.
+	@inc=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	suf=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'); \
+	if [ -f "$$inc/Python.h" ]; then \
+	  $(CC) -O2 -shared -fPIC -Wall -Werror -I"$$inc" -o $(PYBUILD)/hvd/common/_fastpath$$suf python/hvd/common/_fastpath.c; \
+	else echo "note: no Python.h for $(PYTHON) (install python3-dev): hvd.torch's per-op calls go through ctypes"; fi
 
 $(PYBUILD)/hvd/libhvd.so: $(shell find cmd/libhvd sdk backends -name '*.go' -not -name '*_test.go') go.mod
 	mkdir -p $(PYBUILD)/hvd
@@ -82,11 +90,13 @@ proto:
 	  --go-grpc_out=internal/pb --go-grpc_opt=paths=source_relative adapter.proto
 
 # Debian's PyTorch for /usr/bin/python3, when missing.
+# Debian's PyTorch stack, and Python's headers for hvd.torch's C fast path
+# (hvd/common/_fastpath.c), when $(PYTHON) lacks them.
 torch:
-	@$(PYTHON) -c 'import torch, numpy, pytest' 2>/dev/null || { \
-	  echo "installing python3-torch python3-numpy python3-pytest with apt-get"; \
+	@$(PYTHON) -c 'import os, sys, sysconfig, torch, numpy, pytest; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null || { \
+	  echo "installing python3-torch python3-numpy python3-pytest python3-dev with apt-get"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch python3-numpy python3-pytest >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch python3-numpy python3-pytest python3-dev >/dev/null; }
 
 # Regenerate the C ABI's two sides from codegen/abi/hvd.go.
 generate:

@@ -10,8 +10,7 @@ out=${1:?output dir}; passes=${2:-3}; np=${NP:-2}
 mkdir -p "$out/bin" "$out/python"
 cd "$root"
 go build -o "$out/bin/" ./cmd/hvdrun ./cmd/hvdbench
-go build -buildmode=c-shared -o "$out/python/hvd/libhvd.so" ./cmd/libhvd
-cp -r python/hvd "$out/python/"
+make -s python PYBUILD="$out/python"  # libhvd.so, the package and its C fast path
 export PYTHONPATH=$out/python
 for p in $(seq 1 "$passes"); do
   echo "== pass $p  $(uptime)"

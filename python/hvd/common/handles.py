@@ -43,9 +43,16 @@ handle_map = {}
 
 
 def track(handle, keep, result):
-    """Registers an issued handle; returns it."""
+    """Registers an issued handle; returns it. result None: synchronize
+    returns keep itself (an in-place op on a tensor the engine writes
+    directly, without a function per op)."""
     handle_map[handle] = (keep, result)
     return handle
+
+
+def _result(entry):
+    keep, result = entry
+    return keep if result is None else result()
 
 
 def convert_result(handle, keep, convert):
@@ -53,8 +60,13 @@ def convert_result(handle, keep, convert):
     convert(result) instead of the result, and keeps keep alive until then
     (the TensorFlow and MXNet modules hand back framework tensors this way).
     Returns handle."""
-    kept, result = handle_map[handle]
-    return track(handle, (kept, keep), lambda: convert(result()))
+    entry = handle_map[handle]
+    return track(handle, (entry[0], keep), lambda: convert(_result(entry)))
+
+
+# The C fast path's synchronize (hvd.common.fastpath), once a framework
+# module set it up; None: this module's Python path.
+_fast = None
 
 
 def poll(handle):
@@ -72,8 +84,7 @@ def synchronize(handle):
     lib, err = _abi.library(), errbuf()
     try:
         check(lib.hvd_wait(handle, err, _abi.ERR_LEN), err, 'sync')
-        _, result = handle_map[handle]
-        return result()
+        return _result(handle_map[handle])
     finally:
         handle_map.pop(handle, None)
         _released(lib.hvd_release(handle, err, _abi.ERR_LEN), err)
@@ -107,7 +118,7 @@ def synchronize_many(handles, drive=False):
     try:
         for h in handles:
             entry = handle_map.pop(h, None)
-            results.append(entry[1]() if entry is not None else None)
+            results.append(_result(entry) if entry is not None else None)
     finally:
         for h in known:
             handle_map.pop(h, None)

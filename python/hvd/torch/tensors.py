@@ -17,9 +17,11 @@ that produced it have finished. docs/gpu.md says what a GPU has run.
 import numpy as _np
 import torch
 
-from hvd.common import dtypes
-from hvd.common.collectives import Collectives, TensorAdapter
-from hvd.common.handles import convert_result, synchronize
+from hvd.common import _abi, dtypes, fastpath
+from hvd.common.collectives import Collectives, TensorAdapter, _call_allreduce
+from hvd.common.handles import convert_result, handle_map, synchronize
+from hvd.common.ops import Adasum, Average, REDUCE_OPS
+from hvd.common.process_sets import ProcessSet, global_process_set
 
 try:
     import cloudpickle as _pickle
@@ -208,6 +210,40 @@ def _restage(result, likes):
     return to_device(result, like)
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_FAST_OPS = tuple(op for op in REDUCE_OPS if op != Adasum)
+_REAL = (float, int)
+_INT32 = 1 << 31
+
+
+def _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority):
+    """(dtype code, op, prescale, postscale, set id) when an allreduce of
+    tensor with these arguments passes every check of the general path and
+    needs nothing from it: a plain contiguous CPU tensor of a supported
+    dtype, no average=, a reduce op other than Adasum, real scale factors, a
+    registered set, an int32 priority. None otherwise (the general path then
+    checks, and raises where it should)."""
+    if (average is not None or type(tensor) not in _PLAIN or type(process_set) is not ProcessSet
+            or type(priority) is not int or type(prescale_factor) not in _REAL
+            or type(postscale_factor) not in _REAL):
+        return None
+    if op is None:
+        op = Average
+    elif type(op) is not int or op not in _FAST_OPS:
+        return None
+    code = DTYPES.get(tensor.dtype)
+    pid = process_set.process_set_id
+    if (code is None or pid is None or not -_INT32 <= priority < _INT32 or not _on_cpu(tensor)
+            or tensor.layout is not torch.strided or not tensor.is_contiguous()):
+        return None
+    return code, op, float(prescale_factor), float(postscale_factor), pid
+
+
+# The C form of that check and call (hvd/common/_fastpath.c), or None.
+_fp = fastpath.load(handle_map, torch.Tensor, torch.nn.Parameter, ProcessSet, DTYPES, torch.strided, _FAST_OPS,
+                    Average)
+
+
 class StagedCollectives(Collectives):
     """Collectives whose async ops stage CUDA tensors through host memory
     (the module docstring). CPU tensors pass through untouched; a grouped
@@ -242,6 +278,13 @@ class StagedCollectives(Collectives):
                         priority=0):
         # The one-call synchronous allreduce hands the tensor's memory to
         # the library: a CUDA tensor goes through the staged async path.
+        if in_place and _fp is not None:
+            r = _fp.allreduce(tensor, True, True, None, name, op, prescale_factor, postscale_factor, process_set,
+                              priority)
+            if r is tensor:
+                return r
+            if r is not None:
+                _abi.raise_error(r[0], r[1], 'call')
         if not is_cuda(tensor):
             return super()._allreduce_sync(tensor, in_place, name, op, prescale_factor, postscale_factor,
                                            process_set, priority)
@@ -249,17 +292,48 @@ class StagedCollectives(Collectives):
         return synchronize(start(tensor, name=name, op=op, prescale_factor=prescale_factor,
                                  postscale_factor=postscale_factor, process_set=process_set, priority=priority))
 
-    # The async allreduces take the direct route for anything but a CUDA
-    # tensor (the per-op cost of a batch of async ops: issue 18).
-    def allreduce_async(self, tensor, *args, **kwargs):
+    # The async allreduces of a plain tensor take a short route: the checks
+    # of the general path that such a tensor and the usual arguments pass,
+    # done inline, and one library call (the per-op cost of a batch of async
+    # ops: issue 27). Anything else -- a subclass, a CUDA, sparse or
+    # non-contiguous tensor, average=, Adasum, an unregistered set, odd
+    # argument types -- takes the general path, which checks and raises.
+    def allreduce_async(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=global_process_set, priority=0):
+        fast = _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority)
+        if fast is not None:
+            out = self.fw.empty_like(tensor)
+            handle = _call_allreduce(False, tensor.data_ptr(), out.data_ptr(), fast[0], tensor.shape, fast[1],
+                                     fast[2], fast[3], fast[4], name, priority)
+            handle_map[handle] = ((tensor, out), lambda: out)
+            return handle
         if not is_cuda(tensor):
-            return Collectives.allreduce_async(self, tensor, *args, **kwargs)
-        return self._staged(lambda t: super(StagedCollectives, self).allreduce_async(t, *args, **kwargs), tensor, False)
+            return Collectives.allreduce_async(self, tensor, average, name, op, prescale_factor, postscale_factor,
+                                               process_set, priority)
+        return self._staged(lambda t: super(StagedCollectives, self).allreduce_async(
+            t, average, name, op, prescale_factor, postscale_factor, process_set, priority), tensor, False)
 
-    def allreduce_async_(self, tensor, *args, **kwargs):
+    def allreduce_async_(self, tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                         postscale_factor=1.0, process_set=global_process_set, priority=0):
+        if _fp is not None:
+            r = _fp.allreduce(tensor, True, False, average, name, op, prescale_factor, postscale_factor, process_set,
+                              priority)
+            if type(r) is int:
+                return r
+            if r is not None:
+                _abi.raise_error(r[0], r[1], 'call')
+        fast = _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority)
+        if fast is not None:
+            ptr = tensor.data_ptr()
+            handle = _call_allreduce(False, ptr, ptr, fast[0], tensor.shape, fast[1], fast[2], fast[3], fast[4],
+                                     name, priority)
+            handle_map[handle] = (tensor, None)  # synchronize returns the tensor
+            return handle
         if not is_cuda(tensor):
-            return Collectives.allreduce_async_(self, tensor, *args, **kwargs)
-        return self._staged(lambda t: super(StagedCollectives, self).allreduce_async_(t, *args, **kwargs), tensor, True)
+            return Collectives.allreduce_async_(self, tensor, average, name, op, prescale_factor, postscale_factor,
+                                                process_set, priority)
+        return self._staged(lambda t: super(StagedCollectives, self).allreduce_async_(
+            t, average, name, op, prescale_factor, postscale_factor, process_set, priority), tensor, True)
 
     def grouped_allreduce_async(self, tensors, *args, **kwargs):
         return self._staged(lambda t: super(StagedCollectives, self).grouped_allreduce_async(t, *args, **kwargs),

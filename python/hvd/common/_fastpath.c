@@ -1,0 +1,312 @@
+/* hvd.common._fastpath: the per-op calls of a batch of async allreduces
+ * (issue 27), in C instead of ctypes and Python frames.
+ *
+ * Built by `make python` when Python's headers are there; hvd.common.fastpath
+ * loads it and falls back to the pure-Python path when it is missing or
+ * HVD_PY_FASTPATH=0. It does not link libhvd.so: setup() receives the
+ * addresses of the library's functions (from ctypes) and the Python objects
+ * it needs (the handle table, the torch types and dtype codes).
+ *
+ * allreduce(tensor, in_place, sync, average, name, op, prescale, postscale,
+ *           process_set, priority)
+ *   The in-place allreduce of a plain tensor -- exactly the cases
+ *   hvd.torch.tensors._fast_args accepts: a torch.Tensor or Parameter (not
+ *   a subclass) on the CPU, strided and contiguous, of a supported dtype;
+ *   average None; op None or a reduce op other than Adasum; int or float
+ *   scale factors; a registered ProcessSet; an int32 priority; a str or
+ *   None name. Returns None when the arguments are not such a case (the
+ *   caller takes the general path, which checks and raises), the handle
+ *   (async) or the tensor (sync) on success, and (code, message) when the
+ *   library refused the op (the caller raises it as the ctypes path does).
+ *
+ * synchronize(handle)
+ *   hvd.common.handles.synchronize for a handle whose op succeeded: waits
+ *   (without the GIL), takes the result, drops the handle from the table
+ *   and releases it in the library. Returns NotImplemented when the op
+ *   failed, without touching the handle (the caller's general path waits
+ *   again, raises the op's error and releases it), and None for a handle
+ *   not in the table (as synchronize does).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* libhvd.h's prototypes */
+typedef int64_t (*async_fn)(void *in, void *out, int32_t dtype, int64_t *shape, int64_t ndim, int32_t op,
+                            double pre, double post, int32_t set, char *name, int32_t prio, char *err, int64_t errlen);
+typedef int32_t (*sync_fn)(void *in, void *out, int32_t dtype, int64_t *shape, int64_t ndim, int32_t op,
+                           double pre, double post, int32_t set, char *name, int32_t prio, char *err, int64_t errlen);
+typedef int32_t (*handle_fn)(int64_t handle, char *err, int64_t errlen);
+
+#define ERR_LEN 4096
+#define MAX_DIMS 64
+
+static async_fn f_async;
+static sync_fn f_sync;
+static handle_fn f_wait, f_release;
+static PyObject *handle_map, *tensor_type, *param_type, *pset_type, *dtypes, *strided, *fast_ops;
+static long average_op;
+static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_data_ptr, *s_shape, *s_set_id;
+static __thread char errbuf[ERR_LEN];
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    unsigned long long a_async, a_sync, a_wait, a_release;
+    PyObject *hm, *tt, *pt, *ps, *dt, *st, *ops;
+    if (!PyArg_ParseTuple(args, "KKKKO!OOOO!OO!l", &a_async, &a_sync, &a_wait, &a_release, &PyDict_Type, &hm, &tt,
+                          &pt, &ps, &PyDict_Type, &dt, &st, &PyTuple_Type, &ops, &average_op))
+        return NULL;
+    f_async = (async_fn)(uintptr_t)a_async;
+    f_sync = (sync_fn)(uintptr_t)a_sync;
+    f_wait = (handle_fn)(uintptr_t)a_wait;
+    f_release = (handle_fn)(uintptr_t)a_release;
+    PyObject **slots[] = {&handle_map, &tensor_type, &param_type, &pset_type, &dtypes, &strided, &fast_ops};
+    PyObject *vals[] = {hm, tt, pt, ps, dt, st, ops};
+    for (int i = 0; i < 7; i++) {
+        Py_INCREF(vals[i]);
+        Py_XSETREF(*slots[i], vals[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* 1 when x is an exact int or float (not bool), with its value in *v. */
+static int real(PyObject *x, double *v) {
+    if (PyFloat_CheckExact(x)) {
+        *v = PyFloat_AS_DOUBLE(x);
+        return 1;
+    }
+    if (PyLong_CheckExact(x)) {
+        *v = PyLong_AsDouble(x);
+        if (*v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* An exact int in [lo, hi] into *v; 0 otherwise (no error set). */
+static int bounded(PyObject *x, long long lo, long long hi, long long *v) {
+    if (!PyLong_CheckExact(x))
+        return 0;
+    int overflow = 0;
+    *v = PyLong_AsLongLongAndOverflow(x, &overflow);
+    if (overflow || (*v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    return lo <= *v && *v <= hi;
+}
+
+static int truthy_attr(PyObject *o, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int r = v == Py_True;
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "_fastpath.allreduce takes 10 arguments");
+        return NULL;
+    }
+    PyObject *tensor = args[0], *name = args[4], *op_o = args[5], *pset = args[8];
+    int in_place = PyObject_IsTrue(args[1]), sync = PyObject_IsTrue(args[2]);
+    if (handle_map == NULL || in_place != 1 || sync < 0 || args[3] != Py_None)
+        Py_RETURN_NONE;
+    if ((Py_TYPE(tensor) != (PyTypeObject *)tensor_type && Py_TYPE(tensor) != (PyTypeObject *)param_type) ||
+        Py_TYPE(pset) != (PyTypeObject *)pset_type)
+        Py_RETURN_NONE;
+    double pre, post;
+    long long prio, op, set;
+    if (!real(args[6], &pre) || !real(args[7], &post) || !bounded(args[9], -(1LL << 31), (1LL << 31) - 1, &prio))
+        Py_RETURN_NONE;
+    if (op_o == Py_None) {
+        op = average_op;
+    } else {
+        int in = PySequence_Contains(fast_ops, op_o);
+        if (in != 1 || !bounded(op_o, -(1LL << 31), (1LL << 31) - 1, &op)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    const char *name_c = "";
+    if (name != Py_None) {
+        if (!PyUnicode_CheckExact(name))
+            Py_RETURN_NONE;
+        name_c = PyUnicode_AsUTF8(name);
+        if (name_c == NULL) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    /* The process set's id. */
+    PyObject *pid = PyObject_GetAttr(pset, s_set_id);
+    if (pid == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int ok = bounded(pid, -(1LL << 31), (1LL << 31) - 1, &set);
+    Py_DECREF(pid);
+    if (!ok)
+        Py_RETURN_NONE;
+    /* The tensor: dtype, device, layout, contiguity, address, shape. */
+    PyObject *dt = PyObject_GetAttr(tensor, s_dtype);
+    if (dt == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *code_o = PyDict_GetItemWithError(dtypes, dt); /* borrowed */
+    Py_DECREF(dt);
+    long long code;
+    if (code_o == NULL || !bounded(code_o, 0, 1 << 30, &code)) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (!truthy_attr(tensor, s_is_cpu))
+        Py_RETURN_NONE;
+    PyObject *layout = PyObject_GetAttr(tensor, s_layout);
+    if (layout == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(layout);
+    if (layout != strided) /* identity, as the Python path's `is` (the module keeps strided alive) */
+        Py_RETURN_NONE;
+    PyObject *contig = PyObject_CallMethodNoArgs(tensor, s_is_contiguous);
+    if (contig == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(contig);
+    if (contig != Py_True)
+        Py_RETURN_NONE;
+    PyObject *shape = PyObject_GetAttr(tensor, s_shape);
+    if (shape == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    int64_t dims[MAX_DIMS];
+    Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+    if (ndim < 0 || ndim > MAX_DIMS) {
+        Py_DECREF(shape);
+        Py_RETURN_NONE;
+    }
+    for (Py_ssize_t i = 0; i < ndim; i++) {
+        long long d;
+        if (!bounded(PyTuple_GET_ITEM(shape, i), 0, INT64_MAX, &d)) {
+            Py_DECREF(shape);
+            Py_RETURN_NONE;
+        }
+        dims[i] = d;
+    }
+    Py_DECREF(shape);
+    PyObject *ptr_o = PyObject_CallMethodNoArgs(tensor, s_data_ptr);
+    if (ptr_o == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    void *ptr = PyLong_AsVoidPtr(ptr_o);
+    Py_DECREF(ptr_o);
+    if (ptr == NULL && PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    /* The call, without the GIL (as ctypes makes it). */
+    int64_t r;
+    Py_BEGIN_ALLOW_THREADS
+    if (sync)
+        r = f_sync(ptr, ptr, (int32_t)code, dims, (int64_t)ndim, (int32_t)op, pre, post, (int32_t)set,
+                   (char *)name_c, (int32_t)prio, errbuf, ERR_LEN);
+    else
+        r = f_async(ptr, ptr, (int32_t)code, dims, (int64_t)ndim, (int32_t)op, pre, post, (int32_t)set,
+                    (char *)name_c, (int32_t)prio, errbuf, ERR_LEN);
+    Py_END_ALLOW_THREADS
+    if (r < 0)
+        return Py_BuildValue("(Ls)", (long long)-r, errbuf);
+    if (sync) {
+        Py_INCREF(tensor);
+        return tensor;
+    }
+    PyObject *h = PyLong_FromLongLong(r);
+    if (h == NULL)
+        return NULL;
+    PyObject *entry = PyTuple_Pack(2, tensor, Py_None); /* synchronize returns the tensor */
+    if (entry == NULL || PyDict_SetItem(handle_map, h, entry) < 0) {
+        Py_XDECREF(entry);
+        Py_DECREF(h);
+        return NULL;
+    }
+    Py_DECREF(entry);
+    return h;
+}
+
+static PyObject *synchronize(PyObject *self, PyObject *handle) {
+    if (handle_map == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    PyObject *entry = PyDict_GetItemWithError(handle_map, handle); /* borrowed */
+    if (entry == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    long long h;
+    if (!bounded(handle, INT64_MIN + 1, INT64_MAX, &h) || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_INCREF(entry);
+    int64_t r;
+    Py_BEGIN_ALLOW_THREADS
+    r = f_wait((int64_t)h, errbuf, ERR_LEN);
+    Py_END_ALLOW_THREADS
+    if (r < 0) {
+        Py_DECREF(entry);
+        Py_RETURN_NOTIMPLEMENTED; /* the general path raises the op's error */
+    }
+    PyObject *keep = PyTuple_GET_ITEM(entry, 0), *result = PyTuple_GET_ITEM(entry, 1), *value;
+    if (result == Py_None) {
+        Py_INCREF(keep);
+        value = keep;
+    } else {
+        value = PyObject_CallNoArgs(result);
+    }
+    Py_DECREF(entry);
+    /* finally: out of the table, released in the library (an unknown handle
+     * is no error: hvd was shut down meanwhile) */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    if (PyDict_DelItem(handle_map, handle) < 0)
+        PyErr_Clear();
+    Py_BEGIN_ALLOW_THREADS
+    f_release((int64_t)h, errbuf, ERR_LEN);
+    Py_END_ALLOW_THREADS
+    if (et != NULL) {
+        PyErr_Restore(et, ev, tb);
+        Py_XDECREF(value);
+        return NULL;
+    }
+    return value;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(addresses..., handle_map, Tensor, Parameter, ProcessSet, dtypes, strided, ops, average)"},
+    {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL, "the in-place allreduce of a plain tensor"},
+    {"synchronize", synchronize, METH_O, "synchronize(handle) of a handle whose op succeeded"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    PyObject **names[] = {&s_dtype, &s_is_cpu, &s_layout, &s_is_contiguous, &s_data_ptr, &s_shape, &s_set_id};
+    const char *strs[] = {"dtype", "is_cpu", "layout", "is_contiguous", "data_ptr", "shape", "process_set_id"};
+    for (int i = 0; i < 7; i++) {
+        *names[i] = PyUnicode_InternFromString(strs[i]);
+        if (*names[i] == NULL)
+            return NULL;
+    }
+    return PyModule_Create(&module);
+}

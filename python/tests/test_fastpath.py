@@ -1,0 +1,180 @@
+"""hvd.torch's per-op fast path (hvd/common/_fastpath.c, issue 27) against
+the general path, under hvdrun on every rank: the same results, the same
+errors, and the cases it must hand to the general path. With
+HVD_TEST_FASTPATH=required (e2e sets it when it built the extension) the C
+module must be loaded; otherwise the Python fast path is tested alone."""
+import os
+import warnings
+
+import pytest
+import torch
+
+import hvd.torch as hvd
+from hvd.common import handles
+from hvd.torch import tensors
+
+R, N = hvd.rank(), hvd.size()
+
+
+def test_the_c_path_is_loaded_when_built():
+    if os.environ.get('HVD_TEST_FASTPATH') != 'required':
+        pytest.skip('HVD_TEST_FASTPATH=required is not set: the C fast path is not required here')
+    assert tensors._fp is not None, 'hvd/common/_fastpath was built but hvd.torch does not use it'
+    assert handles._fast is tensors._fp
+
+
+@pytest.fixture(params=['c', 'python', 'general'])
+def path(request, monkeypatch):
+    """Runs a test through the C fast path, the Python one, or the general
+    path alone (every rank takes the same one)."""
+    if request.param == 'c':
+        if tensors._fp is None:
+            pytest.skip('the C fast path is not built (python3-dev)')
+    else:
+        monkeypatch.setattr(tensors, '_fp', None)
+        monkeypatch.setattr(handles, '_fast', None)
+    if request.param == 'general':
+        monkeypatch.setattr(tensors, '_fast_args', lambda *a: None)
+    return request.param
+
+
+def _x(i, dtype=torch.float32, shape=(5, 3)):
+    return (torch.arange(15, dtype=torch.float64).reshape(5, 3)[:shape[0], :shape[1]] * (R + 1) + i).to(dtype)
+
+
+def _expected(i, dtype, op, shape=(5, 3)):
+    xs = [(torch.arange(15, dtype=torch.float64).reshape(5, 3)[:shape[0], :shape[1]] * (r + 1) + i) for r in range(N)]
+    s = torch.stack(xs)
+    want = {hvd.Sum: s.sum(0), hvd.Average: s.mean(0), hvd.Min: s.min(0).values, hvd.Max: s.max(0).values,
+            hvd.Product: s.prod(0)}[op]
+    return want.to(dtype)
+
+
+@pytest.mark.parametrize('dtype,op', [(d, op) for d in (torch.float32, torch.float64, torch.int32, torch.int64)
+                                       for op in (hvd.Sum, hvd.Average, hvd.Min, hvd.Max, hvd.Product, None)
+                                       if d.is_floating_point or op not in (hvd.Average, None)])
+def test_async_in_place_batch(path, dtype, op):
+    # (integer Average truncates: test_torch.py covers it)
+    xs = [_x(i, dtype) for i in range(20)]
+    hs = [hvd.allreduce_async_(x, op=op, name='fp.%s.%s.%s.%d' % (path, dtype, op, i)) for i, x in enumerate(xs)]
+    assert all(type(h) is int for h in hs)
+    outs = [hvd.synchronize(h) for h in hs]
+    for i, (x, out) in enumerate(zip(xs, outs)):
+        assert out is x  # in place: synchronize returns the caller's tensor
+        torch.testing.assert_close(out, _expected(i, dtype, hvd.Average if op is None else op))
+    assert not any(h in handles.handle_map for h in hs)
+    assert hvd.synchronize(hs[0]) is None  # a released handle, as in Horovod
+
+
+def test_parameter_scales_priority_and_sync_forms(path):
+    p = torch.nn.Parameter(_x(0).clone())
+    h = hvd.allreduce_async_(p.data, op=hvd.Sum, prescale_factor=2, postscale_factor=0.5, priority=7,
+                             name='fp.scales.%s' % path)
+    torch.testing.assert_close(hvd.synchronize(h), _expected(0, torch.float32, hvd.Sum))
+    q = _x(1)
+    assert hvd.allreduce_(q, op=hvd.Max, name='fp.sync.%s' % path) is q
+    torch.testing.assert_close(q, _expected(1, torch.float32, hvd.Max))
+    # a Parameter itself (not its .data), out of place (a new tensor)
+    with torch.no_grad():
+        w = torch.nn.Parameter(_x(2))
+        out = hvd.synchronize(hvd.allreduce_async(w, op=hvd.Sum, name='fp.param.%s' % path))
+    assert out is not w
+    torch.testing.assert_close(out, _expected(2, torch.float32, hvd.Sum))
+    # an unnamed op and a bool-free priority range
+    z = _x(3)
+    torch.testing.assert_close(hvd.synchronize(hvd.allreduce_async_(z, op=hvd.Sum, priority=-(1 << 31))),
+                               _expected(3, torch.float32, hvd.Sum))
+
+
+def test_cases_the_general_path_handles(path, even_set):
+    # not contiguous: the result is copied back into the caller's view
+    base = _x(0, shape=(5, 3)).t()
+    assert not base.is_contiguous()
+    out = hvd.synchronize(hvd.allreduce_async_(base, op=hvd.Sum, name='fp.noncontig.%s' % path))
+    assert out is base
+    torch.testing.assert_close(out, _expected(0, torch.float32, hvd.Sum).t())
+
+    class Sub(torch.Tensor):
+        pass
+
+    s = _x(1).as_subclass(Sub)
+    torch.testing.assert_close(hvd.synchronize(hvd.allreduce_async_(s, op=hvd.Sum, name='fp.sub.%s' % path)),
+                               _expected(1, torch.float32, hvd.Sum).as_subclass(Sub))
+    # the deprecated average= argument
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', DeprecationWarning)
+        a = _x(2)
+        torch.testing.assert_close(hvd.synchronize(hvd.allreduce_async_(a, average=False, name='fp.avg.%s' % path)),
+                                   _expected(2, torch.float32, hvd.Sum))
+    # numpy scale factors
+    import numpy as np
+    b = _x(3)
+    torch.testing.assert_close(
+        hvd.synchronize(hvd.allreduce_async_(b, op=hvd.Sum, postscale_factor=np.float64(1.0), name='fp.np.%s' % path)),
+        _expected(3, torch.float32, hvd.Sum))
+    # a process set that excludes ranks
+    if even_set.ranks and len(even_set.ranks) < N:
+        c = torch.full((4,), float(R + 1))
+        if R in even_set.ranks:
+            hvd.synchronize(hvd.allreduce_async_(c, op=hvd.Sum, process_set=even_set, name='fp.even.%s' % path))
+            assert c.tolist() == [float(sum(r + 1 for r in even_set.ranks))] * 4
+        else:
+            with pytest.raises(ValueError, match='not a member|not in'):
+                hvd.allreduce_async_(c, op=hvd.Sum, process_set=even_set, name='fp.even.%s' % path)
+
+
+def test_bad_arguments_raise_as_before(path):
+    x = _x(0)
+    with pytest.raises(ValueError, match='unknown reduce op'):
+        hvd.allreduce_async_(x, op=True, name='fp.bad.op')
+    with pytest.raises(ValueError, match='unknown reduce op'):
+        hvd.allreduce_async_(x, op=99, name='fp.bad.op')
+    with pytest.raises(ValueError, match='priority'):
+        hvd.allreduce_async_(x, priority=1 << 31, name='fp.bad.prio')
+    with pytest.raises(ValueError, match='priority'):
+        hvd.allreduce_async_(x, priority=True, name='fp.bad.prio')
+    with pytest.raises(TypeError, match='torch.Tensor'):
+        hvd.allreduce_async_([1.0, 2.0], name='fp.bad.type')
+    with pytest.raises(ValueError, match='not supported'):
+        hvd.allreduce_async_(torch.zeros(2, dtype=torch.complex64), name='fp.bad.dtype')
+    with pytest.raises(ValueError, match='op parameter supersedes average'):
+        hvd.allreduce_async_(x, average=True, op=hvd.Sum, name='fp.bad.both')
+    with pytest.raises(ValueError, match='process_set'):
+        hvd.allreduce_async_(x, process_set='global', name='fp.bad.set')
+    with pytest.raises(ValueError, match='not been registered|does not exist'):
+        hvd.allreduce_async_(x, process_set=hvd.ProcessSet([0]), name='fp.bad.unregistered')
+    # a name already in flight: the library's own error, raised as the ctypes path raises it
+    h = hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
+    with pytest.raises(ValueError, match='fp.dup'):
+        hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
+    hvd.synchronize(h)
+
+
+def test_failed_op_raises_from_synchronize_and_releases(path):
+    # shapes differ across ranks: every rank's synchronize raises the engine's error
+    x = torch.ones(3 + R)
+    h = hvd.allreduce_async_(x, op=hvd.Sum, name='fp.mismatch.%s' % path)
+    with pytest.raises(hvd.HorovodInternalError, match='shape'):
+        hvd.synchronize(h)
+    assert h not in handles.handle_map
+    assert hvd.synchronize(h) is None
+    # the engine goes on
+    y = _x(0)
+    torch.testing.assert_close(hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum, name='fp.after.%s' % path)),
+                               _expected(0, torch.float32, hvd.Sum))
+
+
+def test_result_function_that_raises_still_releases(path):
+    """synchronize pops and releases the handle when the op's result
+    function raises (a generated framework module's conversion)."""
+    x = _x(0)
+    h = hvd.allreduce_async(x, op=hvd.Sum, name='fp.raise.%s' % path)
+
+    def boom():
+        raise KeyError('conversion failed')
+
+    handles.handle_map[h] = (handles.handle_map[h][0], boom)
+    with pytest.raises(KeyError, match='conversion failed'):
+        hvd.synchronize(h)
+    assert h not in handles.handle_map
+    assert hvd.synchronize(h) is None
