@@ -143,11 +143,18 @@ def test_bad_arguments_raise_as_before(path):
         hvd.allreduce_async_(x, process_set='global', name='fp.bad.set')
     with pytest.raises(ValueError, match='not been registered|does not exist'):
         hvd.allreduce_async_(x, process_set=hvd.ProcessSet([0]), name='fp.bad.unregistered')
-    # a name already in flight: the library's own error, raised as the ctypes path raises it
-    h = hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
-    with pytest.raises(ValueError, match='fp.dup'):
-        hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
-    hvd.synchronize(h)
+    # a name already in flight: the library's own error, raised as the ctypes
+    # path raises it. Rank 0 tries while the op cannot have completed (the
+    # others enqueue it only after the barrier).
+    if R == 0:
+        h = hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
+        with pytest.raises(ValueError, match='fp.dup'):
+            hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async_(_x(1), op=hvd.Sum, name='fp.dup.%s' % path)
+    torch.testing.assert_close(hvd.synchronize(h), _expected(1, torch.float32, hvd.Sum))
 
 
 def test_failed_op_raises_from_synchronize_and_releases(path):

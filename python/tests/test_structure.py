@@ -59,7 +59,7 @@ HOROVOD_PRIVATE = {
 
 
 def module_name(relpath):
-    parts = relpath[:-3].split(os.sep)
+    parts = os.path.splitext(relpath)[0].split(os.sep)
     if parts[-1] == '__init__':
         parts = parts[:-1]
     return '.'.join(parts)
@@ -75,6 +75,8 @@ def package_sources():
                 rel = os.path.relpath(os.path.join(dirpath, fn), PKG_ROOT)
                 with open(os.path.join(PKG_ROOT, rel)) as f:
                     out[module_name(rel)] = (f.read(), fn == '__init__.py')
+            elif fn.endswith('.c'):  # a C extension module (hvd/common/_fastpath.c): no Python imports
+                out[module_name(os.path.relpath(os.path.join(dirpath, fn), PKG_ROOT))] = ('', False)
     return out
 
 

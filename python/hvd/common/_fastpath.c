@@ -30,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* libhvd.h's prototypes */
 typedef int64_t (*async_fn)(void *in, void *out, int32_t dtype, int64_t *shape, int64_t ndim, int32_t op,
@@ -226,8 +227,12 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         r = f_async(ptr, ptr, (int32_t)code, dims, (int64_t)ndim, (int32_t)op, pre, post, (int32_t)set,
                     (char *)name_c, (int32_t)prio, errbuf, ERR_LEN);
     Py_END_ALLOW_THREADS
-    if (r < 0)
-        return Py_BuildValue("(Ls)", (long long)-r, errbuf);
+    if (r < 0) {
+        PyObject *msg = PyUnicode_DecodeUTF8(errbuf, strnlen(errbuf, ERR_LEN), "replace");
+        if (msg == NULL)
+            return NULL;
+        return Py_BuildValue("(LN)", (long long)-r, msg);
+    }
     if (sync) {
         Py_INCREF(tensor);
         return tensor;

@@ -49,7 +49,7 @@ def _shape_array(shape):
     return a
 
 
-def _call_allreduce(sync, ptr, out, dtype, shape, op, prescale, postscale, process_set, name, priority):
+def call_allreduce(sync, ptr, out, dtype, shape, op, prescale, postscale, process_set, name, priority):
     """_abi.allreduce (sync) or _abi.allreduce_async, without their per-call
     allocations (the shape array is cached, the error buffer reused: see
     handles.py); same arguments, results and errors."""
@@ -246,7 +246,7 @@ class Collectives:
         src = fw.contiguous(x)
         out = src if in_place else fw.empty_like(src)
         ptr, dt, shape = self._describe(src)
-        handle = _call_allreduce(False, ptr, fw.address(out), dt, shape, op, float(prescale_factor),
+        handle = call_allreduce(False, ptr, fw.address(out), dt, shape, op, float(prescale_factor),
                                  float(postscale_factor), set_id(process_set), name, priority)
         if in_place:
             return track(handle, (x, src), lambda: fw.copy_back(x, src))
@@ -264,7 +264,7 @@ class Collectives:
         src = fw.contiguous(x)
         out = src if in_place else fw.empty_like(src)
         ptr, dt, shape = self._describe(src)
-        _call_allreduce(True, ptr, fw.address(out), dt, shape, op, float(prescale_factor), float(postscale_factor),
+        call_allreduce(True, ptr, fw.address(out), dt, shape, op, float(prescale_factor), float(postscale_factor),
                         set_id(process_set), name, priority)
         return fw.copy_back(x, src) if in_place else out
 

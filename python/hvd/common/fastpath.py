@@ -28,5 +28,11 @@ def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, a
     _fastpath.setup(addr(lib.hvd_allreduce_async), addr(lib.hvd_allreduce), addr(lib.hvd_wait),
                     addr(lib.hvd_release), handle_map, tensor_type, param_type, pset_type, dict(dtypes), strided,
                     tuple(ops), int(average))
-    handles._fast = _fastpath
+    handles.set_fast(_fastpath)
     return _fastpath
+
+
+def raise_refused(refused):
+    """Raises what the library answered an op the C path handed it:
+    (code, message), as the ctypes path raises a refused call."""
+    _abi.raise_error(refused[0], refused[1], 'call')

@@ -69,6 +69,12 @@ def convert_result(handle, keep, convert):
 _fast = None
 
 
+def set_fast(module):
+    """Makes synchronize use module.synchronize first (None: Python only)."""
+    global _fast
+    _fast = module
+
+
 def poll(handle):
     """True when the op has completed (never blocks)."""
     return _abi.poll(handle) != 0

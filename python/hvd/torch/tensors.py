@@ -17,8 +17,8 @@ that produced it have finished. docs/gpu.md says what a GPU has run.
 import numpy as _np
 import torch
 
-from hvd.common import _abi, dtypes, fastpath
-from hvd.common.collectives import Collectives, TensorAdapter, _call_allreduce
+from hvd.common import dtypes, fastpath
+from hvd.common.collectives import Collectives, TensorAdapter, call_allreduce
 from hvd.common.handles import convert_result, handle_map, synchronize
 from hvd.common.ops import Adasum, Average, REDUCE_OPS
 from hvd.common.process_sets import ProcessSet, global_process_set
@@ -284,7 +284,7 @@ class StagedCollectives(Collectives):
             if r is tensor:
                 return r
             if r is not None:
-                _abi.raise_error(r[0], r[1], 'call')
+                fastpath.raise_refused(r)
         if not is_cuda(tensor):
             return super()._allreduce_sync(tensor, in_place, name, op, prescale_factor, postscale_factor,
                                            process_set, priority)
@@ -303,7 +303,7 @@ class StagedCollectives(Collectives):
         fast = _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority)
         if fast is not None:
             out = self.fw.empty_like(tensor)
-            handle = _call_allreduce(False, tensor.data_ptr(), out.data_ptr(), fast[0], tensor.shape, fast[1],
+            handle = call_allreduce(False, tensor.data_ptr(), out.data_ptr(), fast[0], tensor.shape, fast[1],
                                      fast[2], fast[3], fast[4], name, priority)
             handle_map[handle] = ((tensor, out), lambda: out)
             return handle
@@ -321,11 +321,11 @@ class StagedCollectives(Collectives):
             if type(r) is int:
                 return r
             if r is not None:
-                _abi.raise_error(r[0], r[1], 'call')
+                fastpath.raise_refused(r)
         fast = _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority)
         if fast is not None:
             ptr = tensor.data_ptr()
-            handle = _call_allreduce(False, ptr, ptr, fast[0], tensor.shape, fast[1], fast[2], fast[3], fast[4],
+            handle = call_allreduce(False, ptr, ptr, fast[0], tensor.shape, fast[1], fast[2], fast[3], fast[4],
                                      name, priority)
             handle_map[handle] = (tensor, None)  # synchronize returns the tensor
             return handle
