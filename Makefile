@@ -89,7 +89,6 @@ proto:
 	  --go_out=internal/pb --go_opt=paths=source_relative \
 	  --go-grpc_out=internal/pb --go-grpc_opt=paths=source_relative adapter.proto
 
-# Debian's PyTorch for /usr/bin/python3, when missing.
 # Debian's PyTorch stack, and Python's headers for hvd.torch's C fast path
 # (hvd/common/_fastpath.c), when $(PYTHON) lacks them.
 torch:

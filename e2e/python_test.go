@@ -52,7 +52,6 @@ func buildFastpath(dir string) (bool, error) {
 	return true, nil
 }
 
-
 func pythonPackage(t *testing.T) string {
 	t.Helper()
 	pyOnce.Do(func() {

@@ -99,15 +99,21 @@ static int bounded(PyObject *x, long long lo, long long hi, long long *v) {
     return lo <= *v && *v <= hi;
 }
 
-static int truthy_attr(PyObject *o, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(o, name);
-    if (v == NULL) {
+/* o.name, or o.name() when call; NULL (no error set) when that raises. */
+static PyObject *attr(PyObject *o, PyObject *name, int call) {
+    PyObject *v = call ? PyObject_CallMethodNoArgs(o, name) : PyObject_GetAttr(o, name);
+    if (v == NULL)
         PyErr_Clear();
+    return v;
+}
+
+/* 1 when attr(o, name, call) is want itself (Py_True, torch.strided). */
+static int is(PyObject *o, PyObject *name, int call, PyObject *want) {
+    PyObject *v = attr(o, name, call);
+    if (v == NULL)
         return 0;
-    }
-    int r = v == Py_True;
-    Py_DECREF(v);
-    return r;
+    Py_DECREF(v); /* only its identity is compared; want is kept alive elsewhere */
+    return v == want;
 }
 
 static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -146,21 +152,17 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
     }
     /* The process set's id. */
-    PyObject *pid = PyObject_GetAttr(pset, s_set_id);
-    if (pid == NULL) {
-        PyErr_Clear();
+    PyObject *pid = attr(pset, s_set_id, 0);
+    if (pid == NULL)
         Py_RETURN_NONE;
-    }
     int ok = bounded(pid, -(1LL << 31), (1LL << 31) - 1, &set);
     Py_DECREF(pid);
     if (!ok)
         Py_RETURN_NONE;
     /* The tensor: dtype, device, layout, contiguity, address, shape. */
-    PyObject *dt = PyObject_GetAttr(tensor, s_dtype);
-    if (dt == NULL) {
-        PyErr_Clear();
+    PyObject *dt = attr(tensor, s_dtype, 0);
+    if (dt == NULL)
         Py_RETURN_NONE;
-    }
     PyObject *code_o = PyDict_GetItemWithError(dtypes, dt); /* borrowed */
     Py_DECREF(dt);
     long long code;
@@ -168,29 +170,12 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    if (!truthy_attr(tensor, s_is_cpu))
+    if (!is(tensor, s_is_cpu, 0, Py_True) || !is(tensor, s_layout, 0, strided) ||
+        !is(tensor, s_is_contiguous, 1, Py_True))
         Py_RETURN_NONE;
-    PyObject *layout = PyObject_GetAttr(tensor, s_layout);
-    if (layout == NULL) {
-        PyErr_Clear();
+    PyObject *shape = attr(tensor, s_shape, 0);
+    if (shape == NULL)
         Py_RETURN_NONE;
-    }
-    Py_DECREF(layout);
-    if (layout != strided) /* identity, as the Python path's `is` (the module keeps strided alive) */
-        Py_RETURN_NONE;
-    PyObject *contig = PyObject_CallMethodNoArgs(tensor, s_is_contiguous);
-    if (contig == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    Py_DECREF(contig);
-    if (contig != Py_True)
-        Py_RETURN_NONE;
-    PyObject *shape = PyObject_GetAttr(tensor, s_shape);
-    if (shape == NULL) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
     int64_t dims[MAX_DIMS];
     Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
     if (ndim < 0 || ndim > MAX_DIMS) {
@@ -206,11 +191,9 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         dims[i] = d;
     }
     Py_DECREF(shape);
-    PyObject *ptr_o = PyObject_CallMethodNoArgs(tensor, s_data_ptr);
-    if (ptr_o == NULL) {
-        PyErr_Clear();
+    PyObject *ptr_o = attr(tensor, s_data_ptr, 1);
+    if (ptr_o == NULL)
         Py_RETURN_NONE;
-    }
     void *ptr = PyLong_AsVoidPtr(ptr_o);
     Py_DECREF(ptr_o);
     if (ptr == NULL && PyErr_Occurred()) {

@@ -322,7 +322,9 @@ class StagedCollectives(Collectives):
                 return r
             if r is not None:
                 fastpath.raise_refused(r)
-        fast = _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority)
+            fast = None  # the C path declined: the same rules as _fast_args
+        else:
+            fast = _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_set, priority)
         if fast is not None:
             ptr = tensor.data_ptr()
             handle = call_allreduce(False, ptr, ptr, fast[0], tensor.shape, fast[1], fast[2], fast[3], fast[4],
