@@ -51,6 +51,7 @@ type knobs struct {
 	ncclLib     string        // HVD_NCCL_LIBRARY ("": the default names)
 	cudartLib   string        // HVD_CUDART_LIBRARY ("": the default names)
 	stacks      bool          // HVD_STACKS_ON_SIGNAL: SIGUSR2 writes every goroutine's stack (stackdump.go)
+	gcBallast   int           // HVD_GC_BALLAST_MB (gc.go)
 	metrics     metricsKnobs  // HVD_METRICS_* (metrics.go)
 	unsupported []string      // Horovod knobs that are set but mean nothing here
 }
@@ -68,7 +69,7 @@ type autotuneKnobs struct {
 func defaultKnobs() knobs {
 	return knobs{fusion: 128 << 20, cache: 1024, stallWarn: 60 * time.Second,
 		hierAllreduce: true, hierAllgather: true, backend: backendAuto, opTimeout: -1,
-		spin: -1, bindTo: "none", tcpSndBuf: -1,
+		spin: -1, bindTo: "none", tcpSndBuf: -1, gcBallast: defaultBallastMB,
 		autotune: autotuneKnobs{warmup: 3, stepsPerSample: 10, maxSamples: 20, noise: 0.8}}
 }
 
@@ -184,6 +185,9 @@ var knobTable = []knobSpec{
 	{name: "HVD_TCP_FULL_MESH_MAX", kind: kindInt, min: 1, max: 1 << 20, unit: "ranks",
 		doc: "largest process set the TCP backend connects as a full mesh (default 64); a larger set connects each rank to its ring and tree partners (rank ± 2^k) and to other peers on first use",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpMeshMax = int(f) }},
+	{name: "HVD_GC_BALLAST_MB", kind: kindInt, max: 1 << 16, unit: "MiB",
+		doc: "untouched memory the Go collector counts as live, so that it runs about 20 times less often while the library's own heap is small (default 32; 0: none; costs address space, and at most as much resident garbage)",
+		set: func(k *knobs, f float64, _ string, _ bool) { k.gcBallast = int(f) }},
 	{name: "HVD_STACKS_ON_SIGNAL", kind: kindBool,
 		doc: "SIGUSR2 writes every goroutine's stack to stderr and the process goes on (a debugging aid for hung jobs)",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.stacks = b }},

@@ -41,6 +41,7 @@ func TestKnobsRejectBadValues(t *testing.T) {
 		{"HVD_SPIN_US", "abc", "whole number"},
 		{"HVD_BACKEND", "nccl", "want one of " + strings.Join(backends.Choices(), ", ")},
 		{"HVD_TCP_SNDBUF", "-1", "out of range"},
+		{"HVD_GC_BALLAST_MB", "-1", "out of range"},
 		{"HOROVOD_DYNAMIC_PROCESS_SETS", "maybe", "integer"},
 		{"HOROVOD_HIERARCHICAL_ALLREDUCE", "2x", "integer"},
 	} {
@@ -67,6 +68,7 @@ func TestKnobsValues(t *testing.T) {
 		"HOROVOD_DYNAMIC_PROCESS_SETS": "-1", "HOROVOD_HIERARCHICAL_ALLREDUCE": "0", "HOROVOD_HIERARCHICAL_ALLGATHER": "true",
 		"HVD_BACKEND": "TCP", "HVD_SPIN_US": "0", "HVD_SHM_SMALL_BYTES": "4096", "HVD_TCP_SNDBUF": "0",
 		"HOROVOD_TIMELINE": "DYNAMIC", "HVD_COLLECTIVE_TIMEOUT_SECONDS": "1.5", "HVD_KERNELS": "generic",
+		"HVD_GC_BALLAST_MB": "0",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -76,8 +78,9 @@ func TestKnobsValues(t *testing.T) {
 	want.stallWarn, want.stallShutdown = 10*time.Second, 0 // shutdown below the warning: never
 	want.dynamic, want.hierAllreduce, want.hierAllgather = true, false, true
 	want.backend, want.spin, want.shmSmall, want.tcpSndBuf = "tcp", 0, 4096, 0
+	want.gcBallast = 0
 	want.timeline, want.opTimeout, want.kernels = "DYNAMIC", 1500*time.Millisecond, "generic"
-	if len(k.explicit) != 15 || !k.explicit["HVD_KERNELS"] {
+	if len(k.explicit) != 16 || !k.explicit["HVD_KERNELS"] {
 		t.Fatalf("explicit: %v", k.explicit)
 	}
 	k.explicit = nil

@@ -232,6 +232,7 @@ func start(ctx context.Context, cfg Config, mpi wiring.MPI) (*World, error) {
 			runtime.SetDefaultGOMAXPROCS()
 		}
 	}
+	setBallast(k.gcBallast)
 	w.id.CrossRank, w.id.CrossSize = w.topo.CrossRank, w.topo.CrossSize
 	w.wire = &wiring.Builder{ID: w.id, Topo: w.topo, Store: w.store, Listen: listen, Spin: w.spin,
 		Backend: w.backend, MPILaunch: rendezvous.MPILaunched(getenv), Settings: k.backendSettings(),

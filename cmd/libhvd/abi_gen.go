@@ -678,6 +678,22 @@ func hvd_wait_many(handles *C.int64_t, handlesLen C.int64_t, drive C.int32_t, er
 	return C.int32_t(v)
 }
 
+// hvd_wait_reap blocks until the op completes, as wait does (on its error nothing is released); then releases it and the candidates whose ops have completed successfully, in order up to the first one still in flight and at most reaped's capacity of them (the op first), writes their ids into reaped and returns how many; unknown candidates are skipped, failed ones kept. For in-place ops whose result needs nothing more from the library (hvd.torch's C path): their synchronize then needs no call.
+//
+//export hvd_wait_reap
+func hvd_wait_reap(handle C.int64_t, candidates *C.int64_t, candidatesLen C.int64_t, reaped *C.int64_t, reapedLen C.int64_t, errBuf *C.char, errLen C.int64_t) (ret C.int32_t) {
+	defer func() {
+		if r := recover(); r != nil {
+			ret = C.int32_t(-setError(errBuf, errLen, fmt.Errorf("hvd: internal error in hvd_wait_reap: %v", r)))
+		}
+	}()
+	v, err := implWaitReap(int64(handle), goInt64s(candidates, candidatesLen), outInt64s(reaped, reapedLen))
+	if err != nil {
+		return C.int32_t(-setError(errBuf, errLen, err))
+	}
+	return C.int32_t(v)
+}
+
 // hvd_release_many forgets every handle given (after wait_many); an unknown one is an error after the others are forgotten.
 //
 //export hvd_release_many

@@ -594,6 +594,51 @@ func implWaitMany(ids []int64, drive bool) (int32, error) {
 	return 0, sdk.WaitMany(hs, drive)
 }
 
+// implWaitReap: after the op id completes successfully, id and the
+// candidates already completed successfully leave the table together, so
+// that a batch of in-place ops is synchronized with one call instead of a
+// wait and a release per op. Each reaped op's handle is waited for (it has
+// completed, so this only runs its finishing step) before it is forgotten.
+// The scan stops at the first candidate still in flight, so a batch
+// synchronized op by op costs O(ops) in all, not O(ops²).
+func implWaitReap(id int64, cands, reaped []int64) (int32, error) {
+	defer returned()
+	h, err := getHandle(id)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := h.Wait(); err != nil {
+		return 0, err
+	}
+	handles.Lock()
+	defer handles.Unlock()
+	n := 0
+	if _, ok := handles.m[id]; ok && len(reaped) > 0 {
+		delete(handles.m, id)
+		reaped[0] = id
+		n = 1
+	}
+	for _, c := range cands {
+		if n >= len(reaped) {
+			break
+		}
+		hc, ok := handles.m[c]
+		if !ok {
+			continue
+		}
+		if !hc.Poll() {
+			break // ops complete about in the order issued: the rest are in flight too
+		}
+		if _, err := hc.Wait(); err != nil {
+			continue // its synchronize raises the error
+		}
+		delete(handles.m, c)
+		reaped[n] = c
+		n++
+	}
+	return int32(n), nil
+}
+
 func implReleaseMany(ids []int64) (int32, error) {
 	defer returned()
 	handles.Lock()

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/hvdorg/hvd/backends"
 	"github.com/hvdorg/hvd/codegen/abi"
@@ -76,5 +78,62 @@ func TestBeforeInit(t *testing.T) {
 	}
 	if _, err := implInit([]int32{0, 1}, []int32{3}, nil, false); errorCode(err) != codeInvalidArgument {
 		t.Fatalf("init with inconsistent set sizes: %v", err)
+	}
+}
+
+// hvd_wait_reap releases the op waited for and the finished candidates
+// after it, up to the buffer's capacity; unknown candidates are skipped and
+// the ones not reaped stay in the table. (One process: every op finishes;
+// the failed and in-flight cases run at np 2 and 3 in
+// python/tests/test_fastpath.py.)
+func TestWaitReap(t *testing.T) {
+	if _, err := implInit(nil, nil, nil, false); err != nil {
+		t.Fatal(err)
+	}
+	defer implShutdown()
+	bufs := make([][]float32, 5)
+	ids := make([]int64, 5)
+	for i := range bufs {
+		bufs[i] = []float32{float32(i), 1}
+		id, err := implAllreduceAsync(unsafe.Pointer(&bufs[i][0]), unsafe.Pointer(&bufs[i][0]), int32(sdk.Float32), []int64{2}, int32(sdk.Sum), 1, 1, 0, fmt.Sprintf("reap.%d", i), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	for _, id := range ids {
+		for {
+			done, err := implPoll(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done == 1 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	reaped := make([]int64, 3)
+	n, err := implWaitReap(ids[0], []int64{ids[1], 1 << 40, ids[2], ids[3], ids[4]}, reaped)
+	if err != nil || n != 3 || reaped[0] != ids[0] || reaped[1] != ids[1] || reaped[2] != ids[2] {
+		t.Fatalf("first reap: %d %v %v, want 3 %v", n, reaped, err, ids[:3])
+	}
+	for i, id := range ids {
+		_, err := implPoll(id)
+		if gone := errorCode(err) == codeUnknownHandle; gone != (i < 3) {
+			t.Fatalf("handle %d: poll error %v after reaping the first three", i, err)
+		}
+	}
+	reaped = make([]int64, 5)
+	if n, err := implWaitReap(ids[3], []int64{ids[0], ids[4]}, reaped); err != nil || n != 2 || reaped[0] != ids[3] || reaped[1] != ids[4] {
+		t.Fatalf("second reap: %d %v %v", n, reaped, err)
+	}
+	if _, err := implWaitReap(ids[4], nil, reaped); errorCode(err) != codeUnknownHandle {
+		t.Fatalf("reaping a reaped handle: %v", err)
+	}
+	for i, b := range bufs {
+		if b[0] != float32(i) || b[1] != 1 {
+			t.Fatalf("op %d: %v (one rank: the sum is the input)", i, b)
+		}
 	}
 }

@@ -130,6 +130,8 @@ var HVD = Spec{
 			Args: []Arg{{"handle", Int64, ""}}, Returns: Int32, Errors: true, Phase: PhaseSync},
 		{Name: "wait_many", Doc: "blocks until every op completes, in order; the first error met (then the remaining ones are not waited for); drive: with HVD_CALLER_ROUNDS=1, the calling thread runs rounds when the engine is only polling or asleep (shm)",
 			Args: []Arg{{"handles", Int64s, ""}, {"drive", Bool, ""}}, Returns: Int32, Errors: true, Phase: PhaseSync},
+		{Name: "wait_reap", Doc: "blocks until the op completes, as wait does (on its error nothing is released); then releases it and the candidates whose ops have completed successfully, in order up to the first one still in flight and at most reaped's capacity of them (the op first), writes their ids into reaped and returns how many; unknown candidates are skipped, failed ones kept. For in-place ops whose result needs nothing more from the library (hvd.torch's C path): their synchronize then needs no call",
+			Args: []Arg{{"handle", Int64, ""}, {"candidates", Int64s, ""}, {"reaped", OutInt64s, ""}}, Returns: Int32, Errors: true, Phase: PhaseSync},
 		{Name: "release_many", Doc: "forgets every handle given (after wait_many); an unknown one is an error after the others are forgotten",
 			Args: []Arg{{"handles", Int64s, ""}}, Returns: Int32, Errors: true, Phase: PhaseCall},
 		{Name: "handle_num_outputs", Doc: "number of outputs of a completed op (1, or the group size)",

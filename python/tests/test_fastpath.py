@@ -4,13 +4,15 @@ errors, and the cases it must hand to the general path. With
 HVD_TEST_FASTPATH=required (e2e sets it when it built the extension) the C
 module must be loaded; otherwise the Python fast path is tested alone."""
 import os
+import time
 import warnings
 
 import pytest
 import torch
 
 import hvd.torch as hvd
-from hvd.common import handles
+from hvd.common import _abi, handles
+from hvd.common.handles import synchronize_many
 from hvd.torch import tensors
 
 R, N = hvd.rank(), hvd.size()
@@ -169,6 +171,61 @@ def test_failed_op_raises_from_synchronize_and_releases(path):
     y = _x(0)
     torch.testing.assert_close(hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum, name='fp.after.%s' % path)),
                                _expected(0, torch.float32, hvd.Sum))
+
+
+def _wait_all(hs):
+    """Until every op completed (poll asks the library; it never blocks)."""
+    for h in hs:
+        while not hvd.poll(h):
+            time.sleep(0.001)
+
+
+def test_synchronize_reaps_the_finished_ops_of_a_batch(path):
+    """The C path's synchronize of one in-place op releases, in the same
+    library call, every other op of the batch that has finished; their
+    synchronize then makes no call. Other paths reap nothing."""
+    xs = [_x(i) for i in range(30)]
+    hs = [hvd.allreduce_async_(x, op=hvd.Sum, name='fp.reap.%s.%d' % (path, i)) for i, x in enumerate(xs)]
+    _wait_all(hs)
+    assert hvd.synchronize(hs[0]) is xs[0]
+    if path == 'c':
+        assert set(hs[1:]) <= handles.reaped
+        with pytest.raises(ValueError, match='unknown handle|already released'):
+            _abi.poll(hs[1])  # gone from the library already
+    else:
+        assert not set(hs) & handles.reaped
+    assert all(hvd.poll(h) for h in hs[1:])
+    # reaped handles through each way of synchronizing
+    outs = [hvd.synchronize(h) for h in hs[1:10]] + synchronize_many(hs[10:])
+    for i, (x, out) in enumerate(zip(xs[1:], outs), 1):
+        assert out is x
+        torch.testing.assert_close(out, _expected(i, torch.float32, hvd.Sum))
+    assert not set(hs) & handles.reaped
+    assert not any(h in handles.handle_map for h in hs)
+    assert hvd.synchronize(hs[5]) is None
+
+
+def test_reaping_keeps_failed_ops_and_ops_synchronized_elsewhere(path):
+    """A failed op is never reaped: its synchronize raises the engine's
+    error. Ops of the C path synchronized by the Python path meanwhile
+    (synchronize_many) leave the C path's candidates cleanly."""
+    ok0, bad, ok2 = _x(0), torch.ones(3 + R), _x(2)
+    hs = [hvd.allreduce_async_(t, op=hvd.Sum, name='fp.reapfail.%s.%d' % (path, i))
+          for i, t in enumerate((ok0, bad, ok2))]
+    others = [_x(i) for i in range(3, 8)]
+    hs2 = [hvd.allreduce_async_(t, op=hvd.Sum, name='fp.reapmix.%s.%d' % (path, i)) for i, t in enumerate(others)]
+    _wait_all(hs + hs2)
+    assert all(a is b for a, b in zip(synchronize_many(hs2[:2]), others[:2]))
+    torch.testing.assert_close(hvd.synchronize(hs[0]), _expected(0, torch.float32, hvd.Sum))
+    assert hs[1] not in handles.reaped
+    with pytest.raises(hvd.HorovodInternalError, match='shape'):
+        hvd.synchronize(hs[1])
+    assert hvd.synchronize(hs[1]) is None
+    torch.testing.assert_close(hvd.synchronize(hs[2]), _expected(2, torch.float32, hvd.Sum))
+    for i, (t, h) in enumerate(zip(others[2:], hs2[2:]), 5):
+        assert hvd.synchronize(h) is t
+        torch.testing.assert_close(t, _expected(i, torch.float32, hvd.Sum))
+    assert not set(hs + hs2) & (handles.reaped | set(handles.handle_map))
 
 
 def test_result_function_that_raises_still_releases(path):

@@ -149,6 +149,8 @@ def bind(lib, raise_error):
     lib.hvd_wait.restype = ctypes.c_int32
     lib.hvd_wait_many.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_int32, ctypes.c_char_p, ctypes.c_int64]
     lib.hvd_wait_many.restype = ctypes.c_int32
+    lib.hvd_wait_reap.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
+    lib.hvd_wait_reap.restype = ctypes.c_int32
     lib.hvd_release_many.argtypes = [ctypes.POINTER(ctypes.c_int64), ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
     lib.hvd_release_many.restype = ctypes.c_int32
     lib.hvd_handle_num_outputs.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
@@ -567,6 +569,21 @@ def wait_many(handles, drive):
     if _r < 0:
         _raise(-_r, _err.value.decode('utf-8', 'replace'), 'sync')
     return _r
+
+
+def wait_reap(handle, candidates):
+    """blocks until the op completes, as wait does (on its error nothing is released); then releases it and the candidates whose ops have completed successfully, in order up to the first one still in flight and at most reaped's capacity of them (the op first), writes their ids into reaped and returns how many; unknown candidates are skipped, failed ones kept. For in-place ops whose result needs nothing more from the library (hvd.torch's C path): their synchronize then needs no call."""
+    _candidates, _candidates_len = _array(ctypes.c_int64, candidates)
+    _cap = 16
+    while True:
+        _buf = (ctypes.c_int64 * _cap)()
+        _err = ctypes.create_string_buffer(ERR_LEN)
+        _r = _lib.hvd_wait_reap(handle, _candidates, _candidates_len, _buf, _cap, _err, ERR_LEN)
+        if _r < 0:
+            _raise(-_r, _err.value.decode('utf-8', 'replace'), 'sync')
+        if _r <= _cap:
+            return list(_buf[:_r])
+        _cap = _r
 
 
 def release_many(handles):

@@ -26,6 +26,12 @@
  *   failed, without touching the handle (the caller's general path waits
  *   again, raises the op's error and releases it), and None for a handle
  *   not in the table (as synchronize does).
+ *   For an in-place op it waits with hvd_wait_reap, passing the handles
+ *   this module issued and nobody synchronized yet: the library releases
+ *   every one of them that has completed successfully in the same call,
+ *   and they go into handles.reaped, so that their own synchronize (here
+ *   or in Python) returns at once without calling the library. A batch of
+ *   N async allreduces is then synchronized with one call instead of 2N.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,6 +44,8 @@ typedef int64_t (*async_fn)(void *in, void *out, int32_t dtype, int64_t *shape, 
 typedef int32_t (*sync_fn)(void *in, void *out, int32_t dtype, int64_t *shape, int64_t ndim, int32_t op,
                            double pre, double post, int32_t set, char *name, int32_t prio, char *err, int64_t errlen);
 typedef int32_t (*handle_fn)(int64_t handle, char *err, int64_t errlen);
+typedef int32_t (*reap_fn)(int64_t handle, int64_t *cands, int64_t ncands, int64_t *reaped, int64_t cap, char *err,
+                           int64_t errlen);
 
 #define ERR_LEN 4096
 #define MAX_DIMS 64
@@ -45,24 +53,73 @@ typedef int32_t (*handle_fn)(int64_t handle, char *err, int64_t errlen);
 static async_fn f_async;
 static sync_fn f_sync;
 static handle_fn f_wait, f_release;
-static PyObject *handle_map, *tensor_type, *param_type, *pset_type, *dtypes, *strided, *fast_ops;
+static reap_fn f_reap;
+static PyObject *handle_map, *reaped_set, *tensor_type, *param_type, *pset_type, *dtypes, *strided, *fast_ops;
 static long average_op;
 static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_data_ptr, *s_shape, *s_set_id;
 static __thread char errbuf[ERR_LEN];
 
+/* The handles allreduce() issued that no synchronize() here has seen yet
+ * (changed with the GIL held only): hvd_wait_reap's candidates. Ids that
+ * left the handle table another way (the Python path synchronized them)
+ * are dropped when the list is compacted. */
+static int64_t *pending;
+static Py_ssize_t npending, cap_pending;
+
+/* Drops from pending every id no longer in the handle table or already
+ * reaped; -1 with an error set on failure. */
+static int compact_pending(void) {
+    Py_ssize_t j = 0;
+    for (Py_ssize_t i = 0; i < npending; i++) {
+        PyObject *id = PyLong_FromLongLong(pending[i]);
+        if (id == NULL)
+            return -1;
+        int in_map = PyDict_Contains(handle_map, id);
+        int done = in_map == 1 ? PySet_Contains(reaped_set, id) : 0;
+        Py_DECREF(id);
+        if (in_map < 0 || done < 0)
+            return -1;
+        if (in_map == 1 && done == 0)
+            pending[j++] = pending[i];
+    }
+    npending = j;
+    return 0;
+}
+
+/* Appends h to pending (compacting a long list first, so that handles
+ * synchronized elsewhere do not accumulate); -1 with an error set. */
+static int pending_add(int64_t h) {
+    if (npending == cap_pending && npending >= 1024 && compact_pending() < 0)
+        return -1;
+    if (npending == cap_pending) {
+        Py_ssize_t cap = cap_pending ? 2 * cap_pending : 256;
+        int64_t *p = PyMem_RawRealloc(pending, (size_t)cap * sizeof(int64_t));
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        pending = p;
+        cap_pending = cap;
+    }
+    pending[npending++] = h;
+    return 0;
+}
+
 static PyObject *setup(PyObject *self, PyObject *args) {
-    unsigned long long a_async, a_sync, a_wait, a_release;
-    PyObject *hm, *tt, *pt, *ps, *dt, *st, *ops;
-    if (!PyArg_ParseTuple(args, "KKKKO!OOOO!OO!l", &a_async, &a_sync, &a_wait, &a_release, &PyDict_Type, &hm, &tt,
-                          &pt, &ps, &PyDict_Type, &dt, &st, &PyTuple_Type, &ops, &average_op))
+    unsigned long long a_async, a_sync, a_wait, a_release, a_reap;
+    PyObject *hm, *rs, *tt, *pt, *ps, *dt, *st, *ops;
+    if (!PyArg_ParseTuple(args, "KKKKKO!O!OOOO!OO!l", &a_async, &a_sync, &a_wait, &a_release, &a_reap, &PyDict_Type,
+                          &hm, &PySet_Type, &rs, &tt, &pt, &ps, &PyDict_Type, &dt, &st, &PyTuple_Type, &ops,
+                          &average_op))
         return NULL;
     f_async = (async_fn)(uintptr_t)a_async;
     f_sync = (sync_fn)(uintptr_t)a_sync;
     f_wait = (handle_fn)(uintptr_t)a_wait;
     f_release = (handle_fn)(uintptr_t)a_release;
-    PyObject **slots[] = {&handle_map, &tensor_type, &param_type, &pset_type, &dtypes, &strided, &fast_ops};
-    PyObject *vals[] = {hm, tt, pt, ps, dt, st, ops};
-    for (int i = 0; i < 7; i++) {
+    f_reap = (reap_fn)(uintptr_t)a_reap;
+    PyObject **slots[] = {&handle_map, &reaped_set, &tensor_type, &param_type, &pset_type, &dtypes, &strided, &fast_ops};
+    PyObject *vals[] = {hm, rs, tt, pt, ps, dt, st, ops};
+    for (int i = 0; i < 8; i++) {
         Py_INCREF(vals[i]);
         Py_XSETREF(*slots[i], vals[i]);
     }
@@ -224,13 +281,66 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (h == NULL)
         return NULL;
     PyObject *entry = PyTuple_Pack(2, tensor, Py_None); /* synchronize returns the tensor */
-    if (entry == NULL || PyDict_SetItem(handle_map, h, entry) < 0) {
+    if (entry == NULL || PyDict_SetItem(handle_map, h, entry) < 0 || pending_add(r) < 0) {
         Py_XDECREF(entry);
         Py_DECREF(h);
         return NULL;
     }
     Py_DECREF(entry);
     return h;
+}
+
+/* The result of a completed op's entry (keep, result): keep itself when
+ * result is None, else result(); NULL with an error set when that raises. */
+static PyObject *entry_result(PyObject *entry) {
+    PyObject *keep = PyTuple_GET_ITEM(entry, 0), *result = PyTuple_GET_ITEM(entry, 1);
+    if (result == Py_None) {
+        Py_INCREF(keep);
+        return keep;
+    }
+    return PyObject_CallNoArgs(result);
+}
+
+/* Waits for h with hvd_wait_reap, every pending handle a candidate; on
+ * success h is released and the other reaped handles go into reaped_set.
+ * Returns the library's result (< 0: the op failed, nothing released). */
+static int64_t wait_reap(int64_t h) {
+    /* A copy: other threads may change pending while the GIL is released. */
+    Py_ssize_t n = npending;
+    int64_t *buf = PyMem_RawMalloc((size_t)(2 * n + 1) * sizeof(int64_t));
+    if (buf == NULL)
+        return -1; /* the general path waits and releases */
+    memcpy(buf, pending, (size_t)n * sizeof(int64_t));
+    int64_t *reaped = buf + n, r;
+    Py_BEGIN_ALLOW_THREADS
+    r = f_reap(h, buf, (int64_t)n, reaped, (int64_t)n + 1, errbuf, ERR_LEN);
+    Py_END_ALLOW_THREADS
+    /* Out of pending: h, and the others (a subsequence of the copy, in its
+     * order; pending only grows at its end or keeps its order meanwhile). */
+    Py_ssize_t j = 0, k = r > 0 && reaped[0] == h ? 1 : 0, m = 0;
+    for (Py_ssize_t i = 0; i < npending; i++) {
+        if (pending[i] == h)
+            continue;
+        if (k + j < r && pending[i] == reaped[k + j]) {
+            j++;
+            continue;
+        }
+        pending[m++] = pending[i];
+    }
+    npending = m;
+    for (int64_t i = 0; i < r; i++) {
+        if (reaped[i] == h)
+            continue;
+        PyObject *id = PyLong_FromLongLong(reaped[i]);
+        /* Only handles still in the table: one popped meanwhile by the
+         * Python path is that path's to finish (its release then finds it
+         * gone, which it ignores). */
+        if (id == NULL || PyDict_Contains(handle_map, id) != 1 || PySet_Add(reaped_set, id) < 0)
+            PyErr_Clear(); /* at worst its synchronize waits in the library */
+        Py_XDECREF(id);
+    }
+    PyMem_RawFree(buf);
+    return r;
 }
 
 static PyObject *synchronize(PyObject *self, PyObject *handle) {
@@ -246,21 +356,27 @@ static PyObject *synchronize(PyObject *self, PyObject *handle) {
     if (!bounded(handle, INT64_MIN + 1, INT64_MAX, &h) || !PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2)
         Py_RETURN_NOTIMPLEMENTED;
     Py_INCREF(entry);
-    int64_t r;
-    Py_BEGIN_ALLOW_THREADS
-    r = f_wait((int64_t)h, errbuf, ERR_LEN);
-    Py_END_ALLOW_THREADS
+    int done = PySet_Discard(reaped_set, handle);
+    if (done < 0) {
+        Py_DECREF(entry);
+        return NULL;
+    }
+    int64_t r = 0;
+    int released = done;
+    if (!done && PyTuple_GET_ITEM(entry, 1) == Py_None) {
+        /* An in-place op: nothing more is needed from the library. */
+        r = wait_reap((int64_t)h);
+        released = r >= 0;
+    } else if (!done) {
+        Py_BEGIN_ALLOW_THREADS
+        r = f_wait((int64_t)h, errbuf, ERR_LEN);
+        Py_END_ALLOW_THREADS
+    }
     if (r < 0) {
         Py_DECREF(entry);
         Py_RETURN_NOTIMPLEMENTED; /* the general path raises the op's error */
     }
-    PyObject *keep = PyTuple_GET_ITEM(entry, 0), *result = PyTuple_GET_ITEM(entry, 1), *value;
-    if (result == Py_None) {
-        Py_INCREF(keep);
-        value = keep;
-    } else {
-        value = PyObject_CallNoArgs(result);
-    }
+    PyObject *value = entry_result(entry);
     Py_DECREF(entry);
     /* finally: out of the table, released in the library (an unknown handle
      * is no error: hvd was shut down meanwhile) */
@@ -268,9 +384,11 @@ static PyObject *synchronize(PyObject *self, PyObject *handle) {
     PyErr_Fetch(&et, &ev, &tb);
     if (PyDict_DelItem(handle_map, handle) < 0)
         PyErr_Clear();
-    Py_BEGIN_ALLOW_THREADS
-    f_release((int64_t)h, errbuf, ERR_LEN);
-    Py_END_ALLOW_THREADS
+    if (!released) {
+        Py_BEGIN_ALLOW_THREADS
+        f_release((int64_t)h, errbuf, ERR_LEN);
+        Py_END_ALLOW_THREADS
+    }
     if (et != NULL) {
         PyErr_Restore(et, ev, tb);
         Py_XDECREF(value);
@@ -280,7 +398,7 @@ static PyObject *synchronize(PyObject *self, PyObject *handle) {
 }
 
 static PyMethodDef methods[] = {
-    {"setup", setup, METH_VARARGS, "setup(addresses..., handle_map, Tensor, Parameter, ProcessSet, dtypes, strided, ops, average)"},
+    {"setup", setup, METH_VARARGS, "setup(addresses..., handle_map, reaped, Tensor, Parameter, ProcessSet, dtypes, strided, ops, average)"},
     {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL, "the in-place allreduce of a plain tensor"},
     {"synchronize", synchronize, METH_O, "synchronize(handle) of a handle whose op succeeded"},
     {NULL, NULL, 0, NULL},

@@ -1,6 +1,6 @@
 """The C fast path of the per-op calls (_fastpath.c, built by `make python`
 when Python's headers are there): hvd.torch's in-place allreduces of plain
-tensors and synchronize. Without it, or with HVD_PY_FASTPATH=0, the same
+tensors and synchronize (which reaps a batch's finished ops in one call). Without it, or with HVD_PY_FASTPATH=0, the same
 calls run in Python through ctypes (same results and errors; about 2-3 µs
 more per op)."""
 import ctypes
@@ -26,8 +26,8 @@ def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, a
         return ctypes.cast(f, ctypes.c_void_p).value
 
     _fastpath.setup(addr(lib.hvd_allreduce_async), addr(lib.hvd_allreduce), addr(lib.hvd_wait),
-                    addr(lib.hvd_release), handle_map, tensor_type, param_type, pset_type, dict(dtypes), strided,
-                    tuple(ops), int(average))
+                    addr(lib.hvd_release), addr(lib.hvd_wait_reap), handle_map, handles.reaped, tensor_type,
+                    param_type, pset_type, dict(dtypes), strided, tuple(ops), int(average))
     handles.set_fast(_fastpath)
     return _fastpath
 

@@ -41,6 +41,12 @@ def check(r, buf, phase='call'):
 # handle -> (objects kept alive, function producing synchronize's result)
 handle_map = {}
 
+# Handles of handle_map whose op the library has already completed and
+# released (the C path's synchronize reaps the finished in-place ops of a
+# batch with one hvd_wait_reap call): their poll is True and their
+# synchronize returns the result without calling the library.
+reaped = set()
+
 
 def track(handle, keep, result):
     """Registers an issued handle; returns it. result None: synchronize
@@ -77,6 +83,8 @@ def set_fast(module):
 
 def poll(handle):
     """True when the op has completed (never blocks)."""
+    if handle in reaped:
+        return True
     return _abi.poll(handle) != 0
 
 
@@ -85,8 +93,15 @@ def synchronize(handle):
     tensor or array, a list for grouped ops, (output, received_splits) for
     alltoall. Raises HorovodInternalError when the op failed. An unknown
     handle returns None, as in Horovod."""
+    if _fast is not None:
+        value = _fast.synchronize(handle)
+        if value is not NotImplemented:
+            return value
     if handle not in handle_map:
         return None
+    if handle in reaped:
+        reaped.discard(handle)
+        return _result(handle_map.pop(handle))
     lib, err = _abi.library(), errbuf()
     try:
         check(lib.hvd_wait(handle, err, _abi.ERR_LEN), err, 'sync')
@@ -113,20 +128,20 @@ def synchronize_many(handles, drive=False):
     one instead, so that the first failed one raises as synchronize does.
     drive: with HVD_CALLER_ROUNDS=1 (experimental), the calling thread runs
     the engine's rounds when it is only polling or asleep (shm)."""
-    known = [h for h in handles if h in handle_map]
-    if not known:
-        return [None] * len(handles)
+    known = [h for h in handles if h in handle_map and h not in reaped]
     lib, err = _abi.library(), errbuf()
     arr = (ctypes.c_int64 * len(known))(*known)
-    if lib.hvd_wait_many(arr, len(known), 1 if drive else 0, err, _abi.ERR_LEN) < 0:
+    if known and lib.hvd_wait_many(arr, len(known), 1 if drive else 0, err, _abi.ERR_LEN) < 0:
         return [synchronize(h) for h in handles]
     results = []
     try:
         for h in handles:
             entry = handle_map.pop(h, None)
+            reaped.discard(h)
             results.append(_result(entry) if entry is not None else None)
     finally:
         for h in known:
             handle_map.pop(h, None)
-        _released(lib.hvd_release_many(arr, len(known), err, _abi.ERR_LEN), err)
+        if known:
+            _released(lib.hvd_release_many(arr, len(known), err, _abi.ERR_LEN), err)
     return results
