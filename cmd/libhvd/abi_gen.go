@@ -11,7 +11,7 @@ import (
 import "C"
 
 // specVersion is the ABI version the Python package checks at load time.
-const specVersion = 5
+const specVersion = 6
 
 // Error codes; functions return them negated.
 const (

@@ -4,7 +4,7 @@ package abi
 // (Go) and python/hvd/common/_abi.py (ctypes) are generated from. Bump
 // Version whenever a function, argument, code or value changes meaning.
 var HVD = Spec{
-	Version:   5,
+	Version:   6,
 	Prefix:    "hvd_",
 	GoPackage: "github.com/hvdorg/hvd/cmd/libhvd",
 	Errors: []ErrorCode{
