@@ -7,28 +7,31 @@ import (
 
 var gcSink []byte
 
-// The ballast spaces the collector's cycles: 16 MiB of small garbage runs
-// several cycles over this test binary's small heap, and none or almost
-// none with a 64 MiB ballast.
+// The ballast spaces the collector's cycles: garbage of four times the
+// live heap runs several cycles without a ballast, and none or almost none
+// with a ballast of twice that garbage.
 func TestBallastSpacesCollections(t *testing.T) {
 	defer setBallast(0)
+	setBallast(0)
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	garbage := 4 * max(m.HeapAlloc, 4<<20)
 	cycles := func() uint32 {
 		runtime.GC()
-		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		n0 := m.NumGC
-		for i := 0; i < 16<<10; i++ {
+		for i := uint64(0); i < garbage>>10; i++ {
 			gcSink = make([]byte, 1024)
 		}
 		runtime.ReadMemStats(&m)
 		return m.NumGC - n0
 	}
-	setBallast(0)
 	without := cycles()
-	setBallast(64)
+	setBallast(int(2*garbage>>20) + 1)
 	with := cycles()
 	if without < 2 || with*2 > without {
-		t.Fatalf("collections during 16 MiB of garbage: %d without a ballast, %d with 64 MiB (want at least 2, and under half)", without, with)
+		t.Fatalf("collections during %d MiB of garbage: %d without a ballast, %d with one of twice that (want at least 2, and under half)", garbage>>20, without, with)
 	}
-	t.Logf("collections: %d without, %d with", without, with)
+	t.Logf("collections during %d MiB of garbage: %d without, %d with", garbage>>20, without, with)
 }

@@ -231,8 +231,10 @@ type Engine struct {
 	lastStall time.Time // the stall inspector's last check
 	lastWarn  time.Time // and its last warning
 
-	cache   *Cache
-	waiting []Request // cached locally, not yet ready everywhere (engine goroutine only)
+	cache     *Cache
+	waiting   []Request     // cached locally, not yet ready everywhere (engine goroutine only)
+	xstatus   statusBuffers // exchangeStatus's, reused from round to round (the round's runner only)
+	roundReqs []Request     // the requests a round takes, reused likewise
 
 	mu     sync.Mutex
 	table  map[string]*Op

@@ -33,10 +33,16 @@ const (
 
 // localStatus is this rank's side of a round before the exchange.
 type localStatus struct {
-	words    int             // length of a cache bit vector in 64-bit words
-	status   []uint64        // what is exchanged: flags, hit bits, invalid bits
-	hits     map[int]Request // this rank's requests found in the cache, by bit
-	uncached []Request       // for the coordinator whatever the others say
+	words    int        // length of a cache bit vector in 64-bit words
+	status   []uint64   // what is exchanged: flags, hit bits, invalid bits
+	hits     []cacheHit // this rank's requests found in the cache (decide sorts them by bit)
+	uncached []Request  // for the coordinator whatever the others say
+}
+
+// cacheHit is a request found in the response cache, and its bit.
+type cacheHit struct {
+	bit int
+	req Request
 }
 
 // classify sorts this rank's requests (waiting ones first, then new ones)
@@ -44,14 +50,19 @@ type localStatus struct {
 // everything is negotiated (the coordinator knows who contributes zeros).
 func classify(reqs []Request, joining bool, cache *Cache) localStatus {
 	W := cache.Words()
-	st := localStatus{words: W, status: make([]uint64, 1+2*W, 1+2*W+paramWords), hits: make(map[int]Request, len(reqs))}
+	st := localStatus{words: W, status: make([]uint64, 1+2*W, 1+2*W+paramWords)}
+	if W > 0 && !joining {
+		// A slice, not a map: a map per round was a third of a small op's
+		// garbage (issue 27).
+		st.hits = make([]cacheHit, 0, len(reqs))
+	}
 	hits, invalid := st.status[1:1+W], st.status[1+W:]
 	for _, q := range reqs {
 		if W > 0 && Cacheable(q.Type) && !joining {
 			bit, s := cache.Lookup(&q)
 			if s == Hit {
 				hits[bit/64] |= 1 << (bit % 64)
-				st.hits[bit] = q
+				st.hits = append(st.hits, cacheHit{bit, q})
 				continue
 			}
 			if s == Invalid {
@@ -89,8 +100,9 @@ type roundPlan struct {
 // entries: steps every rank takes alike, so the caches stay identical.
 func decide(local localStatus, all [][]uint64, cache *Cache) roundPlan {
 	sum := NewStatusSummary(local.words, 0)
+	n := 1 + 2*local.words // the settings words after them are not needed here
 	for _, v := range all {
-		CombineStatus(sum, v, local.words)
+		CombineStatus(sum, v[:n], local.words)
 	}
 	return decideSummary(local, sum, cache)
 }
@@ -131,20 +143,16 @@ func CombineStatus(sum, v []uint64, words int) []uint64 {
 func decideSummary(local localStatus, sum []uint64, cache *Cache) roundPlan {
 	W := local.words
 	flags, common, invalidAll := sum[0], sum[1:1+W], sum[1+W:1+2*W]
-	uncached := append([]Request(nil), local.uncached...)
+	uncached := local.uncached                     // classify's own slice, used only here
 	cached := make([]Response, 0, len(local.hits)) // sized: appending 200 Responses one by one was a third of a batch's allocation
 	cachedReq := make([]Request, 0, len(local.hits))
 	var waiting []Request
 	// This rank's hits in bit (cache) order: walking its few hits, not
 	// every bit of the cache (64·W map lookups, 20 µs a round at the
 	// default capacity of 1024, were most of a small op's cost).
-	bits := make([]int, 0, len(local.hits))
-	for bit := range local.hits {
-		bits = append(bits, bit)
-	}
-	slices.Sort(bits)
-	for _, bit := range bits {
-		q := local.hits[bit]
+	slices.SortFunc(local.hits, func(a, b cacheHit) int { return a.bit - b.bit })
+	for _, h := range local.hits {
+		bit, q := h.bit, h.req
 		switch {
 		case flags&flagJoin != 0 || invalidAll[bit/64]&(1<<(bit%64)) != 0:
 			uncached = append(uncached, q)
@@ -275,8 +283,12 @@ func rememberResponse(cache *Cache, r Response, n int, reqOf func(name string) (
 // response list broadcast back).
 func (e *Engine) round() error {
 	e.mu.Lock()
-	reqs := append(e.waiting, e.queue...)
-	e.queue, e.waiting = nil, nil
+	// Copied into the runner's own buffer, so that the queue keeps its
+	// array for the next enqueues (a new one per round was a sixth of a
+	// batch's garbage); classify copies what it keeps.
+	reqs := append(append(e.roundReqs[:0], e.waiting...), e.queue...)
+	e.roundReqs = reqs
+	e.queue, e.waiting = e.queue[:0], nil
 	e.queued.Store(false)
 	joining := len(e.joins) > 0
 	e.mu.Unlock()
@@ -398,18 +410,36 @@ func (e *Engine) InForce() (p Params, ok bool) {
 
 // exchangeStatus sends this rank's status vector to every member and
 // returns every member's, by set rank.
+//
+// The vectors received are read into buffers the engine keeps from round to
+// round (rounds never overlap; the result is used within the round): only
+// the vector sent is new each round, since a transport may still be writing
+// it after the call returns.
 func (e *Engine) exchangeStatus(status []uint64) ([][]uint64, error) {
 	per := 8 * len(status)
-	buf := make([]byte, per*e.n)
-	if err := e.control.AllgatherStatus(words(status), buf); err != nil {
+	x := &e.xstatus
+	if len(x.buf) != per*e.n {
+		x.buf = make([]byte, per*e.n)
+		x.flat = make([]uint64, len(status)*e.n)
+		x.all = make([][]uint64, e.n)
+	}
+	if err := e.control.AllgatherStatus(words(status), x.buf); err != nil {
 		return nil, err
 	}
-	flat := wordsOf(buf)
-	all := make([][]uint64, e.n)
-	for r := range all {
-		all[r] = flat[len(status)*r : len(status)*(r+1)]
+	for i := range x.flat {
+		x.flat[i] = binary.LittleEndian.Uint64(x.buf[8*i:])
 	}
-	return all, nil
+	for r := range x.all {
+		x.all[r] = x.flat[len(status)*r : len(status)*(r+1)]
+	}
+	return x.all, nil
+}
+
+// statusBuffers are exchangeStatus's receive buffers (engine.xstatus).
+type statusBuffers struct {
+	buf  []byte
+	flat []uint64
+	all  [][]uint64
 }
 
 // negotiate sends this rank's uncached requests to the coordinator and
