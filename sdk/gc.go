@@ -3,7 +3,7 @@ package sdk
 import "sync"
 
 // defaultBallastMB is HVD_GC_BALLAST_MB's default.
-const defaultBallastMB = 32
+const defaultBallastMB = 8
 
 // The collector paces itself by the live heap: it runs each time the heap
 // has grown by GOGC % (100) of what the last cycle found live, and at least
@@ -16,7 +16,10 @@ const defaultBallastMB = 32
 // so the collector waits for about as much garbage as the ballast before
 // each cycle, and costs no resident memory itself (fresh pages the
 // program never writes). With a large live heap (a job's fusion buffers)
-// it changes the pacing little.
+// it changes the pacing little. Larger is not better: garbage spread over
+// more memory than the caches hold makes each allocation slower (the
+// default 8 MiB did as well as 32 on every small-op row, and better on
+// the batches; bench/results/2026-12-03-step27e/ballast_sweep.txt).
 var ballast struct {
 	sync.Mutex
 	b []byte

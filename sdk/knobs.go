@@ -186,7 +186,7 @@ var knobTable = []knobSpec{
 		doc: "largest process set the TCP backend connects as a full mesh (default 64); a larger set connects each rank to its ring and tree partners (rank ± 2^k) and to other peers on first use",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.tcpMeshMax = int(f) }},
 	{name: "HVD_GC_BALLAST_MB", kind: kindInt, max: 1 << 16, unit: "MiB",
-		doc: "untouched memory the Go collector counts as live, so that it runs about 20 times less often while the library's own heap is small (default 32; 0: none; costs address space, and at most as much resident garbage)",
+		doc: "untouched memory the Go collector counts as live, so that it runs several times less often while the library's own heap is small (default 8; 0: none; costs address space, and at most as much resident garbage)",
 		set: func(k *knobs, f float64, _ string, _ bool) { k.gcBallast = int(f) }},
 	{name: "HVD_STACKS_ON_SIGNAL", kind: kindBool,
 		doc: "SIGUSR2 writes every goroutine's stack to stderr and the process goes on (a debugging aid for hung jobs)",
