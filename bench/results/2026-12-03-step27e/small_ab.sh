@@ -4,10 +4,14 @@
 # (--bind-to core), alternating three builds/settings per pass:
 #   before  a worktree at c905f0b (BEFORE_DIR, built with make python and
 #           go build ./cmd/hvdrun ./cmd/hvdbench)
-#   noball  this build with HVD_GC_BALLAST_MB=0 (the synchronize fix alone)
+#   noball  this build with HVD_GC_BALLAST_MB=0 (no ballast: the synchronize
+#           fix and, from small_ab2.txt on, the engine's garbage cut)
 #   after   this build (synchronize through the C path, reaping the
-#           batch's finished ops; the 32 MiB collector ballast)
+#           batch's finished ops; the collector ballast, default size)
 # Usage: small_ab.sh BEFORE_DIR [passes]
+# (small_ab.txt: the first build of this session, ballast 32 MiB, before the
+# engine garbage cut; small_ab2.txt: with the cut, ballast 32 MiB;
+# small_ab3.txt: the final build, ballast 8 MiB.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 before=${1:?worktree of the build before}; passes=${2:-2}
