@@ -34,8 +34,22 @@ func main() {
 		_, err := os.Stat(*stop)
 		return *stop == "" || err == nil
 	}
+	// With -n 0 the ranks stop together: each sees the stop file at its own
+	// time, and a rank that went on alone would enqueue an allreduce the
+	// others never join (it then fails when they shut down).
+	stopAll := func() bool {
+		flag := []float32{0}
+		if stopped() {
+			flag[0] = 1
+		}
+		if err := g.AllreduceInPlace(sdk.TensorOf(flag), sdk.ReduceOptions{Op: sdk.Max, Name: "stop"}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return flag[0] != 0
+	}
 	done := 0
-	for ; (*n == 0 && !stopped()) || (*n > 0 && done < *n); done++ {
+	for ; (*n == 0 && !stopAll()) || (*n > 0 && done < *n); done++ {
 		hs := make([]*sdk.Handle, len(bufs))
 		for i, b := range bufs {
 			h, err := g.AllreduceInPlaceAsync(sdk.TensorOf(b), sdk.ReduceOptions{Op: sdk.Sum, Name: fmt.Sprintf("grad.%d", i)})
