@@ -16,10 +16,12 @@ const defaultBallastMB = 8
 // so the collector waits for about as much garbage as the ballast before
 // each cycle, and costs no resident memory itself (fresh pages the
 // program never writes). With a large live heap (a job's fusion buffers)
-// it changes the pacing little. Larger is not better: garbage spread over
-// more memory than the caches hold makes each allocation slower (the
-// default 8 MiB did as well as 32 on every small-op row, and better on
-// the batches; bench/results/2026-12-03-step27e/ballast_sweep.txt).
+// it changes the pacing little. Larger is not better, probably because
+// garbage spread over more memory than the caches hold makes each
+// allocation slower: the default 8 MiB did as well as 32 or better on
+// every bound small-op row and on the batches; 32 was faster only on the
+// unbound named 8 B op, a row that moves 2× between passes
+// (bench/results/2026-12-03-step27e/ballast_sweep.txt).
 var ballast struct {
 	sync.Mutex
 	b []byte

@@ -413,8 +413,8 @@ func (e *Engine) InForce() (p Params, ok bool) {
 //
 // The vectors received are read into buffers the engine keeps from round to
 // round (rounds never overlap; the result is used within the round): only
-// the vector sent is new each round, since a transport may still be writing
-// it after the call returns.
+// the vector sent is new each round (whether every transport is done with
+// it when the call returns was not checked).
 func (e *Engine) exchangeStatus(status []uint64) ([][]uint64, error) {
 	per := 8 * len(status)
 	x := &e.xstatus
@@ -426,9 +426,7 @@ func (e *Engine) exchangeStatus(status []uint64) ([][]uint64, error) {
 	if err := e.control.AllgatherStatus(words(status), x.buf); err != nil {
 		return nil, err
 	}
-	for i := range x.flat {
-		x.flat[i] = binary.LittleEndian.Uint64(x.buf[8*i:])
-	}
+	wordsInto(x.flat, x.buf)
 	for r := range x.all {
 		x.all[r] = x.flat[len(status)*r : len(status)*(r+1)]
 	}

@@ -39,8 +39,11 @@ func (e *Engine) reduceStatus(rd backends.StatusReducer, status []uint64, W int)
 	return wordsOf(b), nil
 }
 
-func wordsOf(b []byte) []uint64 {
-	v := make([]uint64, len(b)/8)
+func wordsOf(b []byte) []uint64 { return wordsInto(make([]uint64, len(b)/8), b) }
+
+// wordsInto decodes b's little-endian words into v (len(b)/8 of them) and
+// returns v.
+func wordsInto(v []uint64, b []byte) []uint64 {
 	for i := range v {
 		v[i] = binary.LittleEndian.Uint64(b[8*i:])
 	}
