@@ -97,7 +97,7 @@ func checkPytest(t *testing.T, out string, code, np int) {
 	if code != 0 {
 		t.Fatalf("exit %d:\n%s", code, tail(out, 120))
 	}
-	re := regexp.MustCompile(`\[(\d+)\]<stdout>:(\d+) passed in`)
+	re := regexp.MustCompile(`\[(\d+)\]<stdout>:(\d+) passed(?:, \d+ warnings?)? in`) // a warning (e.g. torch's on DataLoader workers on a bound rank) is no failure
 	ms := re.FindAllStringSubmatch(out, -1)
 	if len(ms) != np {
 		t.Fatalf("%d ranks reported a clean pytest summary, want %d:\n%s", len(ms), np, tail(out, 60))
@@ -112,14 +112,22 @@ func checkPytest(t *testing.T, out string, code, np int) {
 
 func TestPythonTorch(t *testing.T) {
 	pkg := pythonPackage(t)
-	for _, np := range []int{2, 3} {
-		t.Run("np"+strconv.Itoa(np), func(t *testing.T) {
-			args := append([]string{"-np", strconv.Itoa(np), python}, pytestArgs...)
+	// bound: each rank on one core, where libhvd's runtime runs on one
+	// processor and the waits of synchronize_many sleep in the kernel
+	// without it (engine.Handle.WaitBlocking), woken at the end of the
+	// round that completes their op.
+	for _, c := range []struct {
+		name string
+		np   int
+		bind string
+	}{{"np2", 2, "none"}, {"np3", 3, "none"}, {"np2/bound", 2, "core"}} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"-np", strconv.Itoa(c.np), "--bind-to", c.bind, python}, pytestArgs...)
 			if !pyFast {
 				t.Fatal("python3's headers are not installed, so hvd.torch's C fast path (hvd/common/_fastpath.c) cannot be built and tested: apt-get install python3-dev (.ci/run does)")
 			}
 			out, code := hvdrun(t, 4*time.Minute, pyEnv(pkg, "HVD_TEST_FASTPATH=required"), append(args, "../python/tests/test_torch.py", "../python/tests/test_fastpath.py")...)
-			checkPytest(t, out, code, np)
+			checkPytest(t, out, code, c.np)
 		})
 	}
 }

@@ -114,6 +114,7 @@ const (
 	waitPlain waitMode = iota
 	waitDriving
 	waitKernel
+	waitBlocking
 )
 
 // WaitDriving is Wait for a goroutine locked to its OS thread, such as a C
@@ -136,6 +137,8 @@ func (h *Handle) wait(mode waitMode) (Tensor, error) {
 		switch mode {
 		case waitDriving:
 			err = o.Handle().WaitDriving()
+		case waitBlocking:
+			err = o.Handle().WaitBlocking()
 		case waitKernel:
 			// The kernel sleep keeps this thread's processor: never let
 			// such sleepers take every processor (the engine goroutine

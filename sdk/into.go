@@ -2,6 +2,7 @@ package sdk
 
 import (
 	"fmt"
+	"runtime"
 
 	"github.com/hvdorg/hvd/sdk/internal/engine"
 )
@@ -143,13 +144,21 @@ func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, 
 }
 
 // WaitMany waits for every handle in order and returns the first error met
-// (the handles after it are not waited for). With drive and
-// HVD_CALLER_ROUNDS=1 each wait is WaitDriving's (the caller runs rounds
-// while the engine only polls or sleeps in a shared Idle), otherwise Wait's.
+// (the handles after it are not waited for). It is for a goroutine locked
+// to a C caller's thread (cmd/libhvd). With drive and HVD_CALLER_ROUNDS=1
+// each wait is WaitDriving's (the caller runs rounds while the engine only
+// polls or sleeps in a shared Idle). When the runtime has one processor (a
+// bound rank: cmd/libhvd's governor) the caller sleeps in the kernel
+// without holding it, and the round that completes its op wakes it with
+// one futex wake once the round is over (engine.Handle.WaitBlocking):
+// parked instead, its thread would wait for the runtime's monitor to hand
+// it the processor (issue 27). Otherwise each wait is Wait's.
 func WaitMany(hs []*Handle, drive bool) error {
 	mode := waitPlain
 	if drive && len(hs) > 0 && hs[0].ps.callerRounds() {
 		mode = waitDriving
+	} else if runtime.GOMAXPROCS(0) == 1 {
+		mode = waitBlocking
 	}
 	for _, h := range hs {
 		if _, err := h.wait(mode); err != nil {

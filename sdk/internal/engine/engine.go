@@ -92,6 +92,47 @@ func (h *Handle) finish() {
 	}
 }
 
+// finishIn is finish for an op completed in a round of e: a kernel
+// sleeper's wake-up is left to the end of the round (flushWakes), so that
+// a woken caller sharing this thread's core does not take the processor
+// while the round still has ops to complete.
+func (h *Handle) finishIn(e *Engine) {
+	close(h.done)
+	h.bell.Store(1)
+	if h.sleepers.Load() > 0 {
+		e.wakes = append(e.wakes, &h.bell)
+	}
+}
+
+// flushWakes wakes the kernel sleepers of the ops the last round
+// completed (the holder of drv).
+func (e *Engine) flushWakes() {
+	for i, b := range e.wakes {
+		kernelWakeBlocking(b)
+		e.wakes[i] = nil
+	}
+	e.wakes = e.wakes[:0]
+}
+
+// WaitBlocking is Wait for a goroutine locked to a C caller's thread
+// when the runtime has one processor: it sleeps in the kernel through the
+// scheduler's syscall path, leaving the processor to the engine's thread
+// (which takes it back without the runtime's monitor), and the round that
+// completes the op wakes it with one futex wake once the round is over.
+// Parked instead, its wake-up needs the processor handed to its thread:
+// the monitor's retake, tens to hundreds of µs on these VMs (issue 27).
+func (h *Handle) WaitBlocking() error {
+	if haveKernelWait && h.bell.Load() == 0 {
+		h.sleepers.Add(1)
+		for h.bell.Load() == 0 {
+			kernelSleepBlocking(&h.bell, time.Second)
+		}
+		h.sleepers.Add(-1)
+	}
+	<-h.done
+	return h.err
+}
+
 // WaitKernel is Wait for a goroutine locked to a C caller's thread
 // (cmd/libhvd). Parking such a goroutine and waking it through the Go
 // scheduler costs several thread hand-offs (tens of µs per op on these
@@ -232,9 +273,10 @@ type Engine struct {
 	lastWarn  time.Time // and its last warning
 
 	cache     *Cache
-	waiting   []Request     // cached locally, not yet ready everywhere (engine goroutine only)
-	xstatus   statusBuffers // exchangeStatus's, reused from round to round (the round's runner only)
-	roundReqs []Request     // the requests a round takes, reused likewise
+	waiting   []Request        // cached locally, not yet ready everywhere (engine goroutine only)
+	xstatus   statusBuffers    // exchangeStatus's, reused from round to round (the round's runner only)
+	roundReqs []Request        // the requests a round takes, reused likewise
+	wakes     []*atomic.Uint32 // kernel sleepers of the ops the running round completed (finishIn)
 
 	mu     sync.Mutex
 	table  map[string]*Op

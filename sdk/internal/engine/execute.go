@@ -39,7 +39,7 @@ func (e *Engine) complete(o *Op, err error) {
 		e.meterDone(o)
 	}
 	o.h.err = err
-	o.h.finish()
+	o.h.finishIn(e)
 }
 
 // execute runs one response. A backend error is returned (it breaks the

@@ -58,3 +58,46 @@ func TestWaitKernelNeverMissesTheWake(t *testing.T) {
 		t.Fatalf("%d of %d waits slept to their limit: a wake-up was lost", slow, n)
 	}
 }
+
+// WaitBlocking returns when the op completes, with its error, woken by
+// finish (a failed or closed engine) as by the end of the round that
+// completed it (finishIn, flushWakes); no wake-up is lost however the two
+// interleave (a lost one would leave the waiter asleep for its 1 s slice).
+func TestWaitBlocking(t *testing.T) {
+	boom := errors.New("boom")
+	h := newHandle()
+	go func() { time.Sleep(5 * time.Millisecond); h.err = boom; h.finish() }()
+	start := time.Now()
+	if err := h.WaitBlocking(); err != boom {
+		t.Fatalf("err %v", err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("woken after %v: finish did not wake the kernel sleep", d)
+	}
+	e := &Engine{}
+	for i := 0; i < 2000; i++ {
+		h, flushed := newHandle(), make(chan struct{})
+		go func() { // the round's runner (one at a time, as drv makes it)
+			defer close(flushed)
+			if i%3 == 0 {
+				runtime.Gosched()
+			}
+			h.finishIn(e) // as a round completes it: the wake waits for flushWakes
+			if i%5 == 0 {
+				time.Sleep(50 * time.Microsecond)
+			}
+			e.flushWakes()
+		}()
+		start := time.Now()
+		if err := h.WaitBlocking(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 500*time.Millisecond {
+			t.Fatalf("wait %d woke after %v: its wake-up was lost (the sleep's slice ended it)", i, d)
+		}
+		<-flushed
+	}
+	if len(e.wakes) != 0 {
+		t.Fatalf("flushWakes left %d wakes", len(e.wakes))
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -308,4 +309,70 @@ func drivenOps(e *Engine, in Tensor, n int) error {
 		}
 	}
 	return nil
+}
+
+// pollCounter counts the control plane's Idle(0) polls: the engine's idle
+// spin (spinForWork) is made of them.
+type pollCounter struct {
+	*soloPlane
+	polls atomic.Int64
+}
+
+func (p *pollCounter) Idle(timeout time.Duration) (bool, error) {
+	if timeout == 0 {
+		p.polls.Add(1)
+	}
+	return p.soloPlane.Idle(timeout)
+}
+
+// The engine spins for work after its rounds while ops come back to back,
+// stops after idles (nothing in flight) that each outlast longIdle spins —
+// a training step's pattern, where a spin only takes the core from the
+// framework thread — and spins again once ops come back to back.
+func TestIdleSpinFollowsTheGaps(t *testing.T) {
+	const spin = time.Millisecond
+	ctl := &pollCounter{soloPlane: newSolo()}
+	e, err := New(Config{Data: newSolo(), Control: ctl, CacheCapacity: 8, FusionThreshold: 1 << 20, Library: "SOLO", Spin: spin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(nil)
+	op := func() {
+		o := &Op{Type: Allreduce, Name: "a", In: Tensor{Data: make([]byte, 8), DType: backends.Float32, Shape: []int64{2}}, ReduceOp: 1}
+		o.Out = o.In
+		if err := e.Enqueue(o); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Handle().Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	burst := func() int64 {
+		before := ctl.polls.Load()
+		for i := 0; i < 20; i++ {
+			op()
+		}
+		time.Sleep(2 * spin) // the last op's idle spin ends
+		return ctl.polls.Load() - before
+	}
+	if n := burst(); n == 0 {
+		t.Fatal("no idle spin between back-to-back ops")
+	}
+	pause := 10 * longIdle * spin
+	for i := 0; i < spinSkipAfter; i++ { // the long idles that stop the spin
+		time.Sleep(pause)
+		op()
+	}
+	before := ctl.polls.Load()
+	for i := 0; i < 3; i++ {
+		time.Sleep(pause)
+		op()
+	}
+	time.Sleep(2 * spin)
+	if n := ctl.polls.Load() - before; n != 0 {
+		t.Errorf("%d idle polls after ops %v apart: the engine still spins after every round", n, pause)
+	}
+	if n := burst(); n == 0 {
+		t.Error("back-to-back ops again, and still no idle spin")
+	}
 }
