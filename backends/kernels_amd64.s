@@ -4910,6 +4910,207 @@ reduceBoolAndAVX2NT_done:
 	VZEROUPPER
 	RET
 
+// func scaleF32MulAVX2(dst *byte, a *byte, f *byte, n int)
+// Requires: AVX
+TEXT ·scaleF32MulAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         f+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSS (DX), Y0
+
+scaleF32MulAVX2_loop:
+	CMPQ    BX, $0x00000080
+	JB      scaleF32MulAVX2_tail
+	VMOVDQU (CX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVDQU Y1, (AX)
+	VMOVDQU 32(CX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVDQU Y1, 32(AX)
+	VMOVDQU 64(CX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVDQU Y1, 64(AX)
+	VMOVDQU 96(CX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVDQU Y1, 96(AX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	SUBQ    $0x00000080, BX
+	JMP     scaleF32MulAVX2_loop
+
+scaleF32MulAVX2_tail:
+	TESTQ   BX, BX
+	JZ      scaleF32MulAVX2_done
+	VMOVDQU (CX), Y1
+	VMULPS  Y0, Y1, Y1
+	VMOVDQU Y1, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x20, BX
+	JMP     scaleF32MulAVX2_tail
+
+scaleF32MulAVX2_done:
+	VZEROUPPER
+	RET
+
+// func scaleF32WideAVX2(dst *byte, a *byte, f *byte, n int)
+// Requires: AVX
+TEXT ·scaleF32WideAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         f+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSD (DX), Y0
+
+scaleF32WideAVX2_loop:
+	CMPQ        BX, $0x00000080
+	JB          scaleF32WideAVX2_tail
+	VCVTPS2PD   (CX), Y1
+	VCVTPS2PD   16(CX), Y2
+	VMULPD      Y0, Y1, Y1
+	VMULPD      Y0, Y2, Y2
+	VCVTPD2PSY  Y1, X3
+	VCVTPD2PSY  Y2, X1
+	VINSERTF128 $0x01, X1, Y3, Y1
+	VMOVDQU     Y1, (AX)
+	VCVTPS2PD   32(CX), Y1
+	VCVTPS2PD   48(CX), Y2
+	VMULPD      Y0, Y1, Y1
+	VMULPD      Y0, Y2, Y2
+	VCVTPD2PSY  Y1, X3
+	VCVTPD2PSY  Y2, X1
+	VINSERTF128 $0x01, X1, Y3, Y1
+	VMOVDQU     Y1, 32(AX)
+	VCVTPS2PD   64(CX), Y1
+	VCVTPS2PD   80(CX), Y2
+	VMULPD      Y0, Y1, Y1
+	VMULPD      Y0, Y2, Y2
+	VCVTPD2PSY  Y1, X3
+	VCVTPD2PSY  Y2, X1
+	VINSERTF128 $0x01, X1, Y3, Y1
+	VMOVDQU     Y1, 64(AX)
+	VCVTPS2PD   96(CX), Y1
+	VCVTPS2PD   112(CX), Y2
+	VMULPD      Y0, Y1, Y1
+	VMULPD      Y0, Y2, Y2
+	VCVTPD2PSY  Y1, X3
+	VCVTPD2PSY  Y2, X1
+	VINSERTF128 $0x01, X1, Y3, Y1
+	VMOVDQU     Y1, 96(AX)
+	ADDQ        $0x00000080, AX
+	ADDQ        $0x00000080, CX
+	SUBQ        $0x00000080, BX
+	JMP         scaleF32WideAVX2_loop
+
+scaleF32WideAVX2_tail:
+	TESTQ       BX, BX
+	JZ          scaleF32WideAVX2_done
+	VCVTPS2PD   (CX), Y1
+	VCVTPS2PD   16(CX), Y2
+	VMULPD      Y0, Y1, Y1
+	VMULPD      Y0, Y2, Y2
+	VCVTPD2PSY  Y1, X3
+	VCVTPD2PSY  Y2, X1
+	VINSERTF128 $0x01, X1, Y3, Y1
+	VMOVDQU     Y1, (AX)
+	ADDQ        $0x20, AX
+	ADDQ        $0x20, CX
+	SUBQ        $0x20, BX
+	JMP         scaleF32WideAVX2_tail
+
+scaleF32WideAVX2_done:
+	VZEROUPPER
+	RET
+
+// func scaleF64MulAVX2(dst *byte, a *byte, f *byte, n int)
+// Requires: AVX
+TEXT ·scaleF64MulAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         f+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSD (DX), Y0
+
+scaleF64MulAVX2_loop:
+	CMPQ    BX, $0x00000080
+	JB      scaleF64MulAVX2_tail
+	VMOVDQU (CX), Y1
+	VMULPD  Y0, Y1, Y1
+	VMOVDQU Y1, (AX)
+	VMOVDQU 32(CX), Y1
+	VMULPD  Y0, Y1, Y1
+	VMOVDQU Y1, 32(AX)
+	VMOVDQU 64(CX), Y1
+	VMULPD  Y0, Y1, Y1
+	VMOVDQU Y1, 64(AX)
+	VMOVDQU 96(CX), Y1
+	VMULPD  Y0, Y1, Y1
+	VMOVDQU Y1, 96(AX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	SUBQ    $0x00000080, BX
+	JMP     scaleF64MulAVX2_loop
+
+scaleF64MulAVX2_tail:
+	TESTQ   BX, BX
+	JZ      scaleF64MulAVX2_done
+	VMOVDQU (CX), Y1
+	VMULPD  Y0, Y1, Y1
+	VMOVDQU Y1, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x20, BX
+	JMP     scaleF64MulAVX2_tail
+
+scaleF64MulAVX2_done:
+	VZEROUPPER
+	RET
+
+// func scaleF64DivAVX2(dst *byte, a *byte, f *byte, n int)
+// Requires: AVX
+TEXT ·scaleF64DivAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), AX
+	MOVQ         a+8(FP), CX
+	MOVQ         f+16(FP), DX
+	MOVQ         n+24(FP), BX
+	VBROADCASTSD (DX), Y0
+
+scaleF64DivAVX2_loop:
+	CMPQ    BX, $0x00000080
+	JB      scaleF64DivAVX2_tail
+	VMOVDQU (CX), Y1
+	VDIVPD  Y0, Y1, Y1
+	VMOVDQU Y1, (AX)
+	VMOVDQU 32(CX), Y1
+	VDIVPD  Y0, Y1, Y1
+	VMOVDQU Y1, 32(AX)
+	VMOVDQU 64(CX), Y1
+	VDIVPD  Y0, Y1, Y1
+	VMOVDQU Y1, 64(AX)
+	VMOVDQU 96(CX), Y1
+	VDIVPD  Y0, Y1, Y1
+	VMOVDQU Y1, 96(AX)
+	ADDQ    $0x00000080, AX
+	ADDQ    $0x00000080, CX
+	SUBQ    $0x00000080, BX
+	JMP     scaleF64DivAVX2_loop
+
+scaleF64DivAVX2_tail:
+	TESTQ   BX, BX
+	JZ      scaleF64DivAVX2_done
+	VMOVDQU (CX), Y1
+	VDIVPD  Y0, Y1, Y1
+	VMOVDQU Y1, (AX)
+	ADDQ    $0x20, AX
+	ADDQ    $0x20, CX
+	SUBQ    $0x20, BX
+	JMP     scaleF64DivAVX2_tail
+
+scaleF64DivAVX2_done:
+	VZEROUPPER
+	RET
+
 // func cvtF32ToF16AVX2(dst *uint16, src *float32, n int)
 // Requires: AVX, F16C
 TEXT ·cvtF32ToF16AVX2(SB), NOSPLIT, $0-24

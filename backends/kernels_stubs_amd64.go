@@ -484,6 +484,30 @@ func reduceBoolAndAVX2(dst *byte, a *byte, b *byte, n int)
 //go:noescape
 func reduceBoolAndAVX2NT(dst *byte, a *byte, b *byte, n int)
 
+// scaleF32MulAVX2 computes dst = a·f in float32 (f a float32) over n bytes (n a multiple of 32).
+// dst may alias a exactly.
+//
+//go:noescape
+func scaleF32MulAVX2(dst *byte, a *byte, f *byte, n int)
+
+// scaleF32WideAVX2 computes dst = float32(float64(a)·f) (f a float64) over n bytes (n a multiple of 32).
+// dst may alias a exactly.
+//
+//go:noescape
+func scaleF32WideAVX2(dst *byte, a *byte, f *byte, n int)
+
+// scaleF64MulAVX2 computes dst = a·f in float64 over n bytes (n a multiple of 32).
+// dst may alias a exactly.
+//
+//go:noescape
+func scaleF64MulAVX2(dst *byte, a *byte, f *byte, n int)
+
+// scaleF64DivAVX2 computes dst = a/f in float64 over n bytes (n a multiple of 32).
+// dst may alias a exactly.
+//
+//go:noescape
+func scaleF64DivAVX2(dst *byte, a *byte, f *byte, n int)
+
 // cvtF32ToF16AVX2 rounds n float32 (n a multiple of 8) to float16 as the float16 kernels do; for tests.
 //
 //go:noescape

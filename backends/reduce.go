@@ -94,6 +94,7 @@ type kernelSet struct {
 	vec   [numDTypes][numOps]vecKernel
 	nt    [numDTypes][numOps]vecKernel
 	ntMin int
+	scale [numScaleOps]scaleKernel // nil: the portable loop (scale.go)
 }
 
 var (

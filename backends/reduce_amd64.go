@@ -119,5 +119,7 @@ func avx2Kernels() *kernelSet {
 	set(Bool, Max, reduceBoolOrAVX2, reduceBoolOrAVX2NT)
 	set(Bool, Min, reduceBoolAndAVX2, reduceBoolAndAVX2NT)
 	set(Bool, Product, reduceBoolAndAVX2, reduceBoolAndAVX2NT)
+	k.scale = [numScaleOps]scaleKernel{ScaleF32: scaleF32MulAVX2, ScaleF32Wide: scaleF32WideAVX2,
+		ScaleF64: scaleF64MulAVX2, DivF64: scaleF64DivAVX2}
 	return k
 }

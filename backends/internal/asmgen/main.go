@@ -41,6 +41,7 @@ func main() {
 	bf16Kernels()
 	intKernels()
 	boolKernels()
+	scaleKernels()
 	testKernels()
 
 	Generate()
@@ -498,4 +499,102 @@ func testKernels() {
 		VZEROUPPER()
 		RET()
 	}
+}
+
+// scaleKernels emits the in-place scalings the engine finishes Average,
+// prescale and postscale with (backends.ScaleFloats). Each has the Go
+// signature
+//
+//	func name(dst, a, f *byte, n int)
+//
+// and computes dst = a·f (or a/f) over n bytes, n a multiple of 32, where f
+// points to one scalar (float32 or float64) broadcast once. a is the first
+// source of every operation, as x is in the portable x *= f (so a NaN in a
+// is the one returned), and every rounding is the scalar instruction's:
+// VCVTPS2PD is exact, VMULPD/VDIVPD and VCVTPD2PS round to nearest even
+// under Go's MXCSR, as MULSD/DIVSD and CVTSD2SS do.
+func scaleKernels() {
+	scaleKernel("scaleF32MulAVX2", "dst = a·f in float32 (f a float32)", func(f Mem) func(d, a Mem) {
+		k := YMM()
+		VBROADCASTSS(f, k)
+		return func(d, a Mem) {
+			r := YMM()
+			VMULPS(k, load(a), r)
+			store(r, d)
+		}
+	})
+	scaleKernel("scaleF32WideAVX2", "dst = float32(float64(a)·f) (f a float64)", func(f Mem) func(d, a Mem) {
+		k := YMM()
+		VBROADCASTSD(f, k)
+		return func(d, a Mem) {
+			lo, hi := YMM(), YMM()
+			VCVTPS2PD(a, lo)
+			VCVTPS2PD(a.Offset(16), hi)
+			VMULPD(k, lo, lo)
+			VMULPD(k, hi, hi)
+			xl, xh := XMM(), XMM()
+			VCVTPD2PSY(lo, xl)
+			VCVTPD2PSY(hi, xh)
+			r := YMM()
+			VINSERTF128(U8(1), xh, xl.AsY(), r)
+			store(r, d)
+		}
+	})
+	scaleKernel("scaleF64MulAVX2", "dst = a·f in float64", func(f Mem) func(d, a Mem) {
+		k := YMM()
+		VBROADCASTSD(f, k)
+		return func(d, a Mem) {
+			r := YMM()
+			VMULPD(k, load(a), r)
+			store(r, d)
+		}
+	})
+	scaleKernel("scaleF64DivAVX2", "dst = a/f in float64", func(f Mem) func(d, a Mem) {
+		k := YMM()
+		VBROADCASTSD(f, k)
+		return func(d, a Mem) {
+			r := YMM()
+			VDIVPD(k, load(a), r)
+			store(r, d)
+		}
+	})
+}
+
+// scaleKernel emits one scaling kernel: a loop over 4 blocks of 32 bytes,
+// then one over single blocks; gen broadcasts the scalar at f and returns
+// the emitter for one block.
+func scaleKernel(name, doc string, gen func(f Mem) func(d, a Mem)) {
+	const unroll = 4
+	TEXT(name, NOSPLIT, "func(dst, a, f *byte, n int)")
+	Pragma("noescape")
+	Doc(name+" computes "+doc+" over n bytes (n a multiple of 32).", "dst may alias a exactly.")
+	d := Load(Param("dst"), GP64())
+	a := Load(Param("a"), GP64())
+	fp := Load(Param("f"), GP64())
+	n := Load(Param("n"), GP64())
+	body := gen(Mem{Base: fp})
+
+	Label(name + "_loop")
+	CMPQ(n, U32(unroll*block))
+	JB(LabelRef(name + "_tail"))
+	for u := 0; u < unroll; u++ {
+		body(Mem{Base: d, Disp: u * block}, Mem{Base: a, Disp: u * block})
+	}
+	ADDQ(U32(unroll*block), d)
+	ADDQ(U32(unroll*block), a)
+	SUBQ(U32(unroll*block), n)
+	JMP(LabelRef(name + "_loop"))
+
+	Label(name + "_tail")
+	TESTQ(n, n)
+	JZ(LabelRef(name + "_done"))
+	body(Mem{Base: d}, Mem{Base: a})
+	ADDQ(U8(block), d)
+	ADDQ(U8(block), a)
+	SUBQ(U8(block), n)
+	JMP(LabelRef(name + "_tail"))
+
+	Label(name + "_done")
+	VZEROUPPER()
+	RET()
 }

@@ -152,7 +152,7 @@ func (e *Engine) loop() {
 	// core from its framework thread (a bound rank's only core) for the
 	// spin; back-to-back ops keep spinning.
 	var idleSince time.Time // when the loop last ran out of work (zero while it has some)
-	idleEmpty := false      // and whether nothing was in flight then
+	idleEmpty := false      // and whether it counts (nothing in flight, not after a peer's round)
 	longIdles, peerLed := 0, false
 	for {
 		e.drv.Lock()
@@ -165,7 +165,10 @@ func (e *Engine) loop() {
 			return
 		}
 		if !hasNew && idleSince.IsZero() {
-			idleSince, idleEmpty = time.Now(), !inFlight
+			// Not counted: an idle with an op in flight, or after a round a
+			// peer started (this rank's op is then expected soon: that is
+			// why the engine spins there).
+			idleSince, idleEmpty = time.Now(), !inFlight && !peerLed
 		}
 		if !hasNew && e.cfg.Spin > 0 && !rested && (inFlight || peerLed || longIdles < spinSkipAfter) {
 			hasNew = e.spinForWork() // may let a waiting caller drive meanwhile

@@ -18,7 +18,7 @@ func f32bytes(v []float32) []byte {
 // reciprocal is not a float32: 142·float32(1/3) would give 47.333336.
 func TestScaleAverageFloat32IsDivision(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{2, 3, 5, 6, 7, 12, 13, 1000} {
+	for _, n := range []int{2, 3, 4, 5, 6, 7, 8, 12, 13, 64, 1000} { // powers of two take the float32 product (exact 1/n)
 		xs := []float32{142, -188, 1, 3, 47.25, 1e-30, 3.4e38}
 		for range 20000 {
 			xs = append(xs, float32(rng.NormFloat64()*1e3), math.Float32frombits(rng.Uint32()&0x7f7fffff))
