@@ -61,8 +61,9 @@ func scaleInt[T int8 | uint8 | int16 | uint16 | int32 | int64](s []T, f float64)
 // float32 is scaled through float64 (x/n is never a float32 rounding
 // midpoint, and the float64 product stays within 2⁻⁵² of it), float64 is
 // divided. Everything else is Scale(b, dt, f/n), Horovod's arithmetic.
-// The float loops run in backends.ScaleFloats (AVX2 on amd64: a
-// 1.07 M-parameter gradient's Average went from ~0.6 ms to ~0.1 ms).
+// The float loops run in backends.ScaleFloats (AVX2 on amd64: 4 MiB of
+// float32 averaged over 3 ranks in 146 µs instead of 617,
+// backends.BenchmarkScaleFloats).
 func ScaleAverage(b []byte, dt backends.DType, f float64, n int) {
 	if f == 0 {
 		f = 1
