@@ -148,7 +148,7 @@ func (ps *ProcessSet) AllreduceManyIntoAsync(ts, outs []Tensor, names []string, 
 // to a C caller's thread (cmd/libhvd). With drive and HVD_CALLER_ROUNDS=1
 // each wait is WaitDriving's (the caller runs rounds while the engine only
 // polls or sleeps in a shared Idle). When the runtime has one processor (a
-// bound rank: cmd/libhvd's governor) the caller sleeps in the kernel
+// framework process, or a bound rank) the caller sleeps in the kernel
 // without holding it, and the round that completes its op wakes it with
 // one futex wake once the round is over (engine.Handle.WaitBlocking):
 // parked instead, its thread would wait for the runtime's monitor to hand

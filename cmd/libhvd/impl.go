@@ -45,7 +45,6 @@ func addHandle(h *sdk.Handle, err error) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	launched()
 	handles.Lock()
 	defer handles.Unlock()
 	handles.next++
@@ -255,8 +254,6 @@ func implAllreduce(in, out unsafe.Pointer, dtype int32, shape []int64, op int32,
 	if err != nil {
 		return 0, err
 	}
-	launched()
-	defer returned()
 	return 0, ps.AllreduceIntoDriving(t, o, reduceOpts(op, pre, post, name, prio))
 }
 
@@ -431,7 +428,6 @@ func implPoll(id int64) (int32, error) {
 }
 
 func implWait(id int64) (int32, error) {
-	defer returned()
 	h, err := getHandle(id)
 	if err != nil {
 		return 0, err
@@ -514,7 +510,6 @@ func implHandleReceivedSplits(id int64, out []int32) (int32, error) {
 }
 
 func implRelease(id int64) (int32, error) {
-	defer returned()
 	handles.Lock()
 	defer handles.Unlock()
 	if _, ok := handles.m[id]; !ok {
@@ -569,7 +564,6 @@ func implAllreduceManyAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, s
 	if err != nil {
 		return 0, err
 	}
-	launched()
 	// n consecutive ids, the first returned.
 	handles.Lock()
 	defer handles.Unlock()
@@ -582,7 +576,6 @@ func implAllreduceManyAsync(ins, outs []unsafe.Pointer, dtypes, ndims []int32, s
 }
 
 func implWaitMany(ids []int64, drive bool) (int32, error) {
-	defer returned()
 	hs := make([]*sdk.Handle, len(ids))
 	for i, id := range ids {
 		h, err := getHandle(id)
@@ -602,7 +595,6 @@ func implWaitMany(ids []int64, drive bool) (int32, error) {
 // The scan stops at the first candidate still in flight, so a batch
 // synchronized op by op costs O(ops) in all, not O(ops²).
 func implWaitReap(id int64, cands, reaped []int64) (int32, error) {
-	defer returned()
 	h, err := getHandle(id)
 	if err != nil {
 		return 0, err
@@ -640,7 +632,6 @@ func implWaitReap(id int64, cands, reaped []int64) (int32, error) {
 }
 
 func implReleaseMany(ids []int64) (int32, error) {
-	defer returned()
 	handles.Lock()
 	defer handles.Unlock()
 	var missing []int64

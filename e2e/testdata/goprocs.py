@@ -1,8 +1,7 @@
 """The Go runtime's processor count in a framework process (issue 27,
-cmd/libhvd/procs.go): the runtime's default after init; one processor
-once collectives come in bursts separated by long computation; the default
-again when they come close together; and always GOMAXPROCS when the user
-sets it (here when argv[1] is not '-': from Python, before init, which only
+cmd/libhvd/procs.go): one processor from init on, whether collectives come
+in bursts separated by long computation or close together; and always
+GOMAXPROCS when the user sets it (here when argv[1] is not '-': from Python, before init, which only
 the live environment sees). Run with GODEBUG=schedtrace=N: the test reads
 the runtime's own 'gomaxprocs=' lines printed before each 'mark' line."""
 import os
