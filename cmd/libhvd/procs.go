@@ -29,10 +29,12 @@ import (
 // and a caller parked in Go took turns on it, and the caller's turn came
 // at the monitor's next retake, ~200 µs), so a governor widened the
 // runtime while steps were short. Waits now sleep in the kernel without
-// the processor under one processor (sdk.WaitMany, WaitFromC: the engine's
-// round wakes them), and one processor is faster at every step length
-// measured: the 5.5 k-parameter step 1.11–1.12× DDP's against 1.16–1.24×,
-// hvd.torch's synchronous 8 B allreduce 10–34 µs against 25–50
+// the processor under one processor (sdk.WaitMany: the engine's round
+// wakes them), and one processor measured faster or equal on every step
+// and small op: the 5.5 k-parameter step 1.10× DDP's against 1.14–1.17×,
+// hvd.torch's synchronous 8 B allreduce 14 µs against 55–81, the
+// 1.07 M-parameter step the same. A lone 64 MiB allreduce with nothing
+// computing beside it is 10–25 % slower; setting GOMAXPROCS undoes it
 // (bench/results/2026-12-04-step27f/gomaxprocs.txt).
 func setProcs() {
 	if n := sdk.UserProcs(os.Getenv("GOMAXPROCS")); n > 0 {
