@@ -115,7 +115,8 @@ func TestReinitInSameProcesses(t *testing.T) {
 	}
 }
 
-// hvdrun --bind-to core: each rank on its own core (when there are enough).
+// hvdrun --bind-to core: each rank on its own core (when there are enough);
+// the default, auto, only when there is one rank per CPU.
 func TestBindToCore(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs")
@@ -139,14 +140,35 @@ func TestBindToCore(t *testing.T) {
 	if p := procs.FindAllStringSubmatch(out, -1); code != 0 || len(p) != 2 || p[0][2] != "3" || p[1][2] != "3" {
 		t.Fatalf("exit %d; want both ranks on the user's gomaxprocs 3, got %v:\n%s", code, p, tail(out, 30))
 	}
-	// Without the flag nothing is bound, and the runtime keeps its default.
-	out, _ = hvdrun(t, 2*time.Minute, nil, "-np", "2", bin("hvdconform"), "-quick")
-	if len(re.FindAllStringSubmatch(out, -1)) != 0 {
-		t.Fatalf("ranks were bound without --bind-to:\n%s", tail(out, 30))
-	}
+	// --bind-to none: nothing is bound, and the runtime keeps its default.
 	want := strconv.Itoa(runtime.NumCPU())
-	if p := procs.FindAllStringSubmatch(out, -1); len(p) != 2 || p[0][2] != want || p[1][2] != want {
-		t.Fatalf("want both unbound ranks on gomaxprocs %s, got %v:\n%s", want, p, tail(out, 30))
+	unbound := func(what string, np int, args ...string) {
+		t.Helper()
+		out, _ := hvdrun(t, 2*time.Minute, nil, append(append(args, "-np", strconv.Itoa(np)), bin("hvdconform"), "-quick")...)
+		if len(re.FindAllStringSubmatch(out, -1)) != 0 {
+			t.Fatalf("%s: ranks were bound:\n%s", what, tail(out, 30))
+		}
+		if p := procs.FindAllStringSubmatch(out, -1); len(p) != np || p[0][2] != want || p[np-1][2] != want {
+			t.Fatalf("%s: want every unbound rank on gomaxprocs %s, got %v:\n%s", what, want, p, tail(out, 30))
+		}
+	}
+	unbound("--bind-to none", 2, "--bind-to", "none")
+	// hvdrun's default (auto) binds only when the ranks are exactly as
+	// many as the CPUs.
+	if runtime.NumCPU() > 4 {
+		t.Logf("auto not checked: %d CPUs (the check starts one rank per CPU)", runtime.NumCPU())
+		return
+	}
+	unbound("the default, more ranks than CPUs", runtime.NumCPU()+1)
+	np := runtime.NumCPU()
+	out, code = hvdrun(t, 2*time.Minute, nil, "-np", strconv.Itoa(np), bin("hvdconform"), "-quick")
+	m = re.FindAllStringSubmatch(out, -1)
+	cpus := map[string]bool{}
+	for _, x := range m {
+		cpus[x[2]] = true
+	}
+	if code != 0 || len(m) != np || len(cpus) != np {
+		t.Fatalf("exit %d; the default at np %d (one rank per CPU): want every rank bound to its own CPU, got %v:\n%s", code, np, m, tail(out, 30))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -441,10 +442,35 @@ func TestPythonElasticDriver(t *testing.T) {
 	}
 }
 
+// torch's intra-op threads follow hvdrun's binding (hvd.torch's init):
+// one per CPU the rank may use when bound, as torch sized them otherwise.
+func TestPythonTorchThreadsFollowTheBinding(t *testing.T) {
+	pkg := pythonPackage(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	re := regexp.MustCompile(`rank (\d): threads before (\d+) after (\d+) cpus (\d+)`)
+	for _, bind := range []string{"core", "none"} {
+		out, code := hvdrun(t, 2*time.Minute, pyEnv(pkg), "--bind-to", bind, "-np", "2", python, "testdata/torch_threads.py")
+		m := re.FindAllStringSubmatch(out, -1)
+		if code != 0 || len(m) != 2 {
+			t.Fatalf("--bind-to %s: exit %d:\n%s", bind, code, tail(out, 30))
+		}
+		for _, x := range m {
+			before, after, cpus := x[2], x[3], x[4]
+			switch {
+			case bind == "core" && (cpus != "1" || after != "1"):
+				t.Errorf("--bind-to core: rank %s: %s threads on %s CPUs after init, want 1 on 1", x[1], after, cpus)
+			case bind == "none" && after != before:
+				t.Errorf("--bind-to none: rank %s: threads %s before init, %s after: want them untouched", x[1], before, after)
+			}
+		}
+	}
+}
+
 // The Go runtime of a framework process (cmd/libhvd/procs.go), read from
-// the runtime's own scheduler trace on every rank: its default after init,
-// one processor after collectives separated by long computation, the
-// default again after short steps; the user's GOMAXPROCS always.
+// the runtime's own scheduler trace on every rank: one processor from init
+// on, whatever the gaps between collectives; the user's GOMAXPROCS always.
 func TestPythonGoProcessors(t *testing.T) {
 	pkg := pythonPackage(t)
 	for _, c := range []struct {

@@ -40,7 +40,7 @@ type knobs struct {
 	opTimeout   time.Duration // HVD_COLLECTIVE_TIMEOUT_SECONDS (< 0 unset: see backend.go opTimeout)
 	spin        time.Duration // HVD_SPIN_US; < 0: chosen per host
 	callerDrive bool          // HVD_CALLER_ROUNDS
-	bindTo      string        // HVD_BIND_TO: core or none
+	bindTo      string        // HVD_BIND_TO: core, auto or none
 	kernels     string        // HVD_KERNELS: auto, generic or avx2 ("": leave the process's choice)
 	shmSmall    int           // HVD_SHM_SMALL_BYTES (0 = backend default)
 	shmChunk    int           // HVD_SHM_CHUNK_BYTES (0 = backend default)
@@ -164,7 +164,7 @@ var knobTable = []knobSpec{
 	{name: "HVD_CALLER_ROUNDS", kind: kindBool,
 		doc: "experimental, off: a synchronous allreduce from C (hvd.torch allreduce/allreduce_), and DistributedOptimizer's last gradients and synchronize(), run their round on the calling thread while the engine only polls, or sleeps (shm: the engine then sleeps without holding the rounds). Measured: faster at np 4, slower at np 2 under other load (issue 18); the training step slower at np 2 (issue 27)",
 		set: func(k *knobs, _ float64, _ string, b bool) { k.callerDrive = b }},
-	{name: "HVD_BIND_TO", kind: kindEnum, choices: []string{"core", "none"},
+	{name: "HVD_BIND_TO", kind: kindEnum, choices: []string{"core", "auto", "none"},
 		doc: "pin each local rank to its own core (hvdrun --bind-to)",
 		set: func(k *knobs, _ float64, s string, _ bool) { k.bindTo = s }},
 	{name: "HVD_KERNELS", kind: kindEnum, choices: []string{"auto", "generic", "avx2"},

@@ -218,17 +218,18 @@ func start(ctx context.Context, cfg Config, mpi wiring.MPI) (*World, error) {
 		return nil, err
 	}
 	w.id.LocalRank, w.id.LocalSize = w.topo.LocalRank, w.topo.LocalSize
-	if k.bindTo == "core" {
-		bound, err := cpubind.ToCore(w.topo.LocalRank, w.topo.LocalSize, w.logf)
+	if k.bindTo != "none" {
+		changed, err := cpubind.Bind(k.bindTo, w.topo.LocalRank, w.topo.LocalSize, w.logf)
 		if err != nil {
 			return nil, err
 		}
-		if v, _ := getenv("GOMAXPROCS"); bound && UserProcs(v) == 0 {
-			// One CPU now: the runtime's processors follow (its default
-			// counts the CPUs it may run on), so that the engine and
+		if v, _ := getenv("GOMAXPROCS"); changed && UserProcs(v) == 0 {
+			// The runtime's processors follow the mask (its default
+			// counts the CPUs it may run on): on one CPU the engine and
 			// its callers take turns on one thread instead of handing
 			// work between two on one core (issue 27: a named 8 B
-			// allreduce 7 µs instead of 20–34 µs here).
+			// allreduce 7 µs instead of 20–34 µs here); a mask given
+			// back restores them.
 			runtime.SetDefaultGOMAXPROCS()
 		}
 	}

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,8 +123,13 @@ func JobEnv(o *Options, rdzvAddr string, rdzvPort int) []KV {
 			env = append(env, KV{"HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", strconv.FormatFloat(*a.Noise, 'g', -1, 64)})
 		}
 	}
-	if o.BindTo == "core" {
-		env = append(env, KV{"HVD_BIND_TO", "core"})
+	// --bind-to: core, auto (also hvdrun's default, unless HVD_BIND_TO is
+	// in its environment, which the workers then inherit), or none.
+	switch bind := o.BindTo; {
+	case bind == "" && os.Getenv("HVD_BIND_TO") == "":
+		env = append(env, KV{"HVD_BIND_TO", "auto"})
+	case bind != "":
+		env = append(env, KV{"HVD_BIND_TO", bind})
 	}
 	if o.Encrypt != "" {
 		env = append(env, KV{"HVD_ENCRYPT", o.Encrypt})

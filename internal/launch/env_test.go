@@ -36,15 +36,30 @@ func TestExtraEnv(t *testing.T) {
 }
 
 func TestJobEnv(t *testing.T) {
+	t.Setenv("HVD_BIND_TO", "")
 	o := &Options{}
 	got := JobEnv(o, "10.0.0.1", 1234)
 	want := []KV{
 		{"HOROVOD_CONTROLLER", "gloo"}, {"HOROVOD_CPU_OPERATIONS", "gloo"},
 		{"HOROVOD_GLOO_RENDEZVOUS_ADDR", "10.0.0.1"}, {"HOROVOD_GLOO_RENDEZVOUS_PORT", "1234"},
-		{"PYTHONUNBUFFERED", "1"},
+		{"HVD_BIND_TO", "auto"}, {"PYTHONUNBUFFERED", "1"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("JobEnv(defaults) = %v\nwant %v", got, want)
+	}
+	// No --bind-to while hvdrun's environment sets HVD_BIND_TO: the
+	// workers inherit it; --bind-to none is written as such.
+	t.Setenv("HVD_BIND_TO", "none")
+	for _, c := range []struct{ flag, want string }{{"", ""}, {"none", "none"}, {"auto", "auto"}} {
+		got := ""
+		for _, kv := range JobEnv(&Options{BindTo: c.flag}, "a", 1) {
+			if kv.Key == "HVD_BIND_TO" {
+				got = kv.Value
+			}
+		}
+		if got != c.want {
+			t.Errorf("JobEnv(--bind-to %q, HVD_BIND_TO=none in the environment): HVD_BIND_TO=%q, want %q", c.flag, got, c.want)
+		}
 	}
 
 	o = &Options{NetworkInterfaces: []string{"eth0", "ib0"}, GlooTimeout: ptr(60),

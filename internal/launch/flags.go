@@ -33,7 +33,7 @@ type Options struct {
 	CacheCapacity     *int          // --cache-capacity → HOROVOD_CACHE_CAPACITY
 	LogLevel          string        // --log-level, upper case → HOROVOD_LOG_LEVEL
 	HierAllreduce     *bool         // --(no-)hierarchical-allreduce → HOROVOD_HIERARCHICAL_ALLREDUCE
-	BindTo            string        // --bind-to core|none → HVD_BIND_TO (workers bind themselves)
+	BindTo            string        // --bind-to auto|core|none → HVD_BIND_TO (workers bind themselves); "": auto unless HVD_BIND_TO is set
 	HierAllgather     *bool         // --(no-)hierarchical-allgather → HOROVOD_HIERARCHICAL_ALLGATHER
 	Encrypt           string        // --encrypt[=cross-host|all|off] → HVD_ENCRYPT ("" = not given)
 	Autotune          Autotune      // --autotune and its settings → HOROVOD_AUTOTUNE*
@@ -231,15 +231,15 @@ var flagDefs = []flagDef{
 	{names: []string{"--no-hierarchical-allgather"},
 		help: "flat TCP allgather across hosts (HOROVOD_HIERARCHICAL_ALLGATHER=0)",
 		set:  func(o *Options, n, v string) error { o.HierAllgather = ptrTo(false); return nil }},
-	{names: []string{"--bind-to"}, metavar: "core|none", takesValue: true,
-		help: "bind each rank to one core (local rank i → i-th allowed CPU; skipped when ranks outnumber cores), as mpirun does for np <= 2 (HVD_BIND_TO); default none",
+	{names: []string{"--bind-to"}, metavar: "auto|core|none", takesValue: true,
+		help: "bind each rank to one core (local rank i → i-th allowed CPU), as mpirun does for np <= 2 (HVD_BIND_TO): core binds unless ranks outnumber the host's allowed CPUs; auto (the default, unless HVD_BIND_TO is set) only when they are exactly as many; none never",
 		set: func(o *Options, n, v string) error {
 			switch v {
-			case "core", "none":
+			case "auto", "core", "none":
 				o.BindTo = v
 				return nil
 			}
-			return usageErrorf("%s %q: want core or none", n, v)
+			return usageErrorf("%s %q: want auto, core or none", n, v)
 		}},
 	{names: []string{"--encrypt"}, metavar: "[=cross-host|all|off]", implied: "cross-host",
 		help: "encrypt and authenticate the TCP data connections between hosts (cross-host, the default) or all of them, loopback included (AES-256-GCM, keys from the job's secret; HVD_ENCRYPT)",

@@ -14,10 +14,13 @@ engine into a new tensor. Non-contiguous tensors are made contiguous first
 referenced until synchronize() returns. Waiting releases the GIL.
 """
 
+import os
+
 import torch
 
+from hvd.common import basics as _common
 from hvd.common.basics import HorovodBasics as _HorovodBasics
-from hvd.common.basics import (init, shutdown, is_initialized, start_timeline, stop_timeline, size,  # noqa: F401
+from hvd.common.basics import (shutdown, is_initialized, start_timeline, stop_timeline, size,  # noqa: F401
                                local_size, cross_size, rank, local_rank, cross_rank, is_homogeneous,
                                mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built, nccl_built,
                                ddl_built, ccl_built, cuda_built, rocm_built)
@@ -34,6 +37,21 @@ from hvd.torch.tensors import collectives as _c
 # Horovod's HorovodBasics object, which tests written for Horovod reach into
 # (hvd.mpi_ops._basics._get_process_set_ids_and_ranks()).
 _basics = _HorovodBasics()
+
+
+def init(comm=None, process_sets=None):
+    """hvd.init() (hvd.common.basics.init); then, when the rank now runs on
+    fewer CPUs than torch has intra-op threads (hvdrun bound it to one core:
+    --bind-to core, or auto with one rank per CPU), torch's threads are cut
+    to the CPUs it may use: threads beyond them only take turns on the same
+    core. torch sized its pool at import, before the rank was bound."""
+    _common.init(comm, process_sets)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return
+    if 0 < cpus < torch.get_num_threads():
+        torch.set_num_threads(cpus)
 
 
 # ---------------------------------------------------------------- allreduce
