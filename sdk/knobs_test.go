@@ -37,7 +37,7 @@ func TestKnobsRejectBadValues(t *testing.T) {
 		{"HVD_SHM_SMALL_BYTES", "1", "out of range"},
 		{"HVD_SHM_SLOT_BYTES", "1e12", "out of range"},
 		{"HVD_KERNELS", "bogus", "want one of auto, generic, avx2"},
-		{"HVD_BIND_TO", "bogus", "want one of core, none"},
+		{"HVD_BIND_TO", "bogus", "want one of core, auto, none"},
 		{"HVD_SPIN_US", "abc", "whole number"},
 		{"HVD_BACKEND", "nccl", "want one of " + strings.Join(backends.Choices(), ", ")},
 		{"HVD_TCP_SNDBUF", "-1", "out of range"},

@@ -189,7 +189,7 @@ type Comm struct {
 	recvSeq []uint64
 	tmp     []byte // chunk buffer for reductions
 	probe   []uint64
-	pin     []byte // the buffer peers may read (keeps it on the heap)
+	pin     []byte // the buffer peers may read (keeps it alive until the op ends)
 	kicked  atomic.Bool
 	broken  atomic.Pointer[backends.PeerError]
 	closing atomic.Bool

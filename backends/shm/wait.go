@@ -262,16 +262,22 @@ func (c *Comm) usable(op string) error {
 	return nil
 }
 
-func (c *Comm) end() { c.mu.Unlock() }
+// end closes an op begun with begin. The buffer expose pinned stays pinned
+// until here: after finish, a rank may still wait for its readers
+// (waitReaders), and a buffer the caller no longer references could
+// otherwise be collected and reused while they read it (the gather's
+// message of a non-root rank was: TestConformancePaths, tiny chunks, np 5,
+// read zeros).
+func (c *Comm) end() {
+	c.pin = nil
+	c.mu.Unlock()
+}
 
 // enter announces op k (after this rank's slot was written).
 func (c *Comm) enter() { c.publish(ctlSeq, c.k) }
 
 // finish announces that this rank read everything it needed for op k.
-func (c *Comm) finish() {
-	c.pin = nil
-	c.publish(ctlDone, c.k)
-}
+func (c *Comm) finish() { c.publish(ctlDone, c.k) }
 
 // allSeq is a blocker: the first peer that has not entered op k.
 func (c *Comm) allSeq(k uint64) func() int { return c.allWord(ctlSeq, k) }

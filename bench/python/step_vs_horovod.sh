@@ -5,7 +5,9 @@
 # parameters (np 2 and 3) and torchvision's ResNet-18 on 32x32 images, batch
 # 16 (np 2; Horovod's synthetic-benchmark shape; python3-torchvision). hvd and DDP share processes (hvdrun); Horovod runs
 # under its own horovodrun with DDP beside it, alternating with the hvd run,
-# ROUNDS times. hvd/Horovod is the ratio of the two runs' medians (and, as a
+# ROUNDS times; where hvdrun binds one rank per core (np <= cores: its
+# default, --bind-to auto), Horovod runs a second time with its ranks bound
+# alike (bench/horovod/bound.sh). hvd/Horovod is the ratio of the two runs' medians (and, as a
 # check, of their ratios to the DDP in the same processes).
 #
 #   bench/python/step_vs_horovod.sh [ROUNDS]      (default 2; ~6 min at 2)
@@ -34,6 +36,14 @@ for h in 64 1024 resnet18; do
       PYTHONPATH=bench/python HVD_BENCH_DDP_PORT=29541 "$HRUN" --gloo -np "$np" -H "localhost:$np" \
         "$HPY" bench/python/step_time.py --impl horovod "${model[@]}" --steps "$steps" --rounds 3 2>&1 \
         | sed -n 's/^\[0\]<stdout>://p; s/^\[1,0\]<stdout>://p' | grep -v '^$'
+      if [ "$np" -le "$(nproc)" ]; then
+        # hvdrun binds one rank per core here (--bind-to auto); Horovod's
+        # ranks bound the same way, as mpirun would bind them.
+        echo "== hidden $h np $np round $r: horovod bound"
+        PYTHONPATH=bench/python HVD_BENCH_DDP_PORT=29541 "$HRUN" --gloo -np "$np" -H "localhost:$np" \
+          bench/horovod/bound.sh "$HPY" bench/python/step_time.py --impl horovod "${model[@]}" --steps "$steps" --rounds 3 2>&1 \
+          | sed -n 's/^\[0\]<stdout>://p; s/^\[1,0\]<stdout>://p' | grep -v '^$'
+      fi
     done
   done
 done
