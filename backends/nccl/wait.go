@@ -119,18 +119,15 @@ func (c *Comm) poll(op string, start time.Time) (error, bool) {
 	if err := c.usable(op); err != nil {
 		return err, true
 	}
-	var async Result
-	if r := c.lib.CommGetAsyncError(c.comm, &async); r != Success {
-		return c.ncclFail(op+": ncclCommGetAsyncError", r, c.comm), true
-	}
-	if async != Success && async != InProgress {
-		return &backends.PeerError{Peer: -1, Global: -1, Op: "nccl " + op,
-			Err: fmt.Errorf("%s: NCCL reported an asynchronous error: %s%s (a peer failed or the network broke; the communicator was aborted)",
-				c.set, c.lib.GetErrorString(async), c.lastError())}, true
+	if err := c.asyncError(op); err != nil {
+		return err, true
 	}
 	switch e := c.lib.EventQuery(c.done); e {
 	case cudaSuccess:
-		return nil, true
+		// Again: an error the communicator reported between the first
+		// look and the completion (a peer's abort ends the operation
+		// too) makes its result worthless.
+		return c.asyncError(op), true
 	case cudaErrorNotReady:
 	default:
 		return c.cudaFail(op+": cudaEventQuery", e), true
@@ -140,6 +137,21 @@ func (c *Comm) poll(op string, start time.Time) (error, bool) {
 			Err: fmt.Errorf("%s: the NCCL operation did not complete within %v (a peer stopped or never joined it); the communicator was aborted", c.set, t)}, true
 	}
 	return nil, false
+}
+
+// asyncError is NCCL's asynchronous error of the communicator as the
+// op's error (nil while there is none).
+func (c *Comm) asyncError(op string) error {
+	var async Result
+	if r := c.lib.CommGetAsyncError(c.comm, &async); r != Success {
+		return c.ncclFail(op+": ncclCommGetAsyncError", r, c.comm)
+	}
+	if async != Success && async != InProgress {
+		return &backends.PeerError{Peer: -1, Global: -1, Op: "nccl " + op,
+			Err: fmt.Errorf("%s: NCCL reported an asynchronous error: %s%s (a peer failed or the network broke; the communicator was aborted)",
+				c.set, c.lib.GetErrorString(async), c.lastError())}
+	}
+	return nil
 }
 
 // breakWith marks the communicator broken by err and aborts it (c.mu held).
