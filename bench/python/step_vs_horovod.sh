@@ -10,7 +10,8 @@
 # alike (bench/horovod/bound.sh). hvd/Horovod is the ratio of the two runs' medians (and, as a
 # check, of their ratios to the DDP in the same processes).
 #
-#   bench/python/step_vs_horovod.sh [ROUNDS]      (default 2; ~6 min at 2)
+#   bench/python/step_vs_horovod.sh [ROUNDS]      (default 2; ~6 min at 2 on the
+#   Intel VM, 21 min on the AMD EPYC one; MODELS="64 1024 resnet18" picks rows)
 #
 # Needs `make build python` and bench/horovod/venv.sh (built on first use,
 # ~2 min). Run alone: the ranks use the cores. Never part of the tests.
@@ -23,7 +24,7 @@ HRUN=$(dirname "$HPY")/horovodrun
 export PYTHONPATH=build/python:bench/python
 STEPS=${STEPS:-200}
 echo "# $(date -u +%FT%TZ) $(git rev-parse --short HEAD) $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-for h in 64 1024 resnet18; do
+for h in ${MODELS:-64 1024 resnet18}; do
   steps=$STEPS nps="2 3" model=(--hidden "$h")
   [ "$h" = 1024 ] && steps=$((STEPS / 4))
   [ "$h" = resnet18 ] && steps=$((STEPS / 10)) nps=2 model=(--model resnet18 --batch 16)

@@ -242,3 +242,90 @@ def test_result_function_that_raises_still_releases(path):
         hvd.synchronize(h)
     assert h not in handles.handle_map
     assert hvd.synchronize(h) is None
+
+
+@pytest.mark.parametrize('dtype,op', [(torch.float32, hvd.Sum), (torch.float64, None), (torch.int64, hvd.Max),
+                                      (torch.float32, hvd.Min)])
+def test_out_of_place_sync_allreduce(path, dtype, op, monkeypatch):
+    """hvd.allreduce (a new tensor): the C path makes it one call into a
+    fresh tensor; the caller's tensor is untouched, and the general path
+    is not entered for a plain CPU tensor (it is for the other paths)."""
+    general = []
+    real = tensors.Collectives._allreduce_sync
+
+    def spy(self, tensor, in_place, *a, **kw):
+        general.append(in_place)
+        return real(self, tensor, in_place, *a, **kw)
+
+    monkeypatch.setattr(tensors.Collectives, '_allreduce_sync', spy)
+    want_op = hvd.Average if op is None else op
+    x = _x(0, dtype)
+    before = x.clone()
+    out = hvd.allreduce(x, op=op, name='fp.oop.%s.%s.%s' % (path, dtype, op))
+    assert out is not x and out.data_ptr() != x.data_ptr()
+    assert out.dtype == dtype and out.shape == x.shape and out.is_contiguous()
+    torch.testing.assert_close(out, _expected(0, dtype, want_op))
+    assert torch.equal(x, before)
+    # a Parameter in, a plain tensor out; unnamed, scaled
+    p = torch.nn.Parameter(_x(1).clone(), requires_grad=False)
+    q = hvd.allreduce(p, op=hvd.Sum, prescale_factor=2, postscale_factor=0.5)
+    assert type(q) is torch.Tensor
+    torch.testing.assert_close(q, _expected(1, torch.float32, hvd.Sum))
+    # empty, and a view that is not contiguous (the general path's copy)
+    assert hvd.allreduce(torch.zeros(0, 3, dtype=dtype), op=hvd.Sum, name='fp.oop.empty.%s' % path).shape == (0, 3)
+    t = _x(2).t()
+    torch.testing.assert_close(hvd.allreduce(t, op=hvd.Sum, name='fp.oop.t.%s' % path),
+                               _expected(2, torch.float32, hvd.Sum).t())
+    if path == 'c':
+        assert general == [False], general  # the transposed view alone took the general path
+    else:
+        assert len(general) == 4 and not any(general), general
+
+
+def test_out_of_place_sync_allreduce_errors(path, even_set):
+    # shapes differ across ranks: the same error on every path; the engine goes on
+    with pytest.raises(hvd.HorovodInternalError, match='shape'):
+        hvd.allreduce(torch.ones(3 + R), op=hvd.Sum, name='fp.oop.mismatch.%s' % path)
+    torch.testing.assert_close(hvd.allreduce(_x(0), op=hvd.Sum, name='fp.oop.after.%s' % path),
+                               _expected(0, torch.float32, hvd.Sum))
+    # a set that excludes this rank: refused before any round, as before
+    if even_set.ranks and R not in even_set.ranks:
+        with pytest.raises(ValueError, match='not a member|not in'):
+            hvd.allreduce(_x(1), op=hvd.Sum, process_set=even_set, name='fp.oop.foreign.%s' % path)
+
+
+@pytest.mark.parametrize('call', ['allreduce_', 'allreduce', 'allreduce_async_', 'synchronize'])
+def test_a_forked_child_raises_instead_of_hanging(path, call):
+    """In a child forked from an initialized process (a DataLoader worker)
+    every path raises: the C path hands over to the general one, whose
+    library stand-in raises (the Go runtime did not survive the fork; a
+    call into it hung)."""
+    h = hvd.allreduce_async_(_x(0), op=hvd.Sum, name='fp.fork.%s.%s' % (path, call)) if call == 'synchronize' else None
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only for the expected error, whatever happens
+        code = 3
+        try:
+            x = torch.ones(4)
+            if call == 'synchronize':
+                hvd.synchronize(h)
+            else:
+                getattr(hvd, call)(x, op=hvd.Sum, name='fp.fork.child')
+            code = 1
+        except RuntimeError as e:
+            code = 0 if 'forked' in str(e) else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail('the forked child hung in hvd.%s (%s path)' % (call, path))
+        time.sleep(0.01)
+    if h is not None:
+        torch.testing.assert_close(hvd.synchronize(h), _expected(0, torch.float32, hvd.Sum))
+    assert os.waitstatus_to_exitcode(status) == 0, \
+        'the child exited %d (1: no error, 2: another RuntimeError)' % os.waitstatus_to_exitcode(status)

@@ -8,8 +8,11 @@
  * it needs (the handle table, the torch types and dtype codes).
  *
  * allreduce(tensor, in_place, sync, average, name, op, prescale, postscale,
- *           process_set, priority)
- *   The in-place allreduce of a plain tensor -- exactly the cases
+ *           process_set, priority[, out])
+ *   The in-place allreduce of a plain tensor, or with out (a plain tensor
+ *   the caller made with torch.empty_like(tensor)), the synchronous
+ *   allreduce of tensor into out (in_place false, sync true; returns out)
+ *   -- exactly the cases
  *   hvd.torch.tensors._fast_args accepts: a torch.Tensor or Parameter (not
  *   a subclass) on the CPU, strided and contiguous, of a supported dtype;
  *   average None; op None or a reduce op other than Adasum; int or float
@@ -35,6 +38,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -58,6 +62,14 @@ static PyObject *handle_map, *reaped_set, *tensor_type, *param_type, *pset_type,
 static long average_op;
 static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_data_ptr, *s_shape, *s_set_id;
 static __thread char errbuf[ERR_LEN];
+
+/* Set in a child forked after setup (a DataLoader worker): the library's Go
+ * runtime did not survive the fork, so every call here hands over to the
+ * general path, whose library stand-in raises (hvd.common.loader) instead
+ * of hanging in a dead runtime. */
+static volatile int forked;
+
+static void after_fork_in_child(void) { forked = 1; }
 
 /* The handles allreduce() issued that no synchronize() here has seen yet
  * (changed with the GIL held only): hvd_wait_reap's candidates. Ids that
@@ -112,6 +124,12 @@ static PyObject *setup(PyObject *self, PyObject *args) {
                           &hm, &PySet_Type, &rs, &tt, &pt, &ps, &PyDict_Type, &dt, &st, &PyTuple_Type, &ops,
                           &average_op))
         return NULL;
+    static int atfork;
+    if (!atfork && pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastpath: pthread_atfork failed");
+        return NULL;
+    }
+    atfork = 1;
     f_async = (async_fn)(uintptr_t)a_async;
     f_sync = (sync_fn)(uintptr_t)a_sync;
     f_wait = (handle_fn)(uintptr_t)a_wait;
@@ -174,13 +192,18 @@ static int is(PyObject *o, PyObject *name, int call, PyObject *want) {
 }
 
 static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "_fastpath.allreduce takes 10 arguments");
+    if (nargs != 10 && nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "_fastpath.allreduce takes 10 or 11 arguments");
         return NULL;
     }
     PyObject *tensor = args[0], *name = args[4], *op_o = args[5], *pset = args[8];
+    PyObject *out = nargs == 11 ? args[10] : Py_None;
     int in_place = PyObject_IsTrue(args[1]), sync = PyObject_IsTrue(args[2]);
-    if (handle_map == NULL || in_place != 1 || sync < 0 || args[3] != Py_None)
+    if (handle_map == NULL || forked || sync < 0 || args[3] != Py_None)
+        Py_RETURN_NONE;
+    /* In place (async or sync), or into out (sync only: an async op's entry
+     * keeps and returns its tensor). */
+    if (out == Py_None ? in_place != 1 : (in_place != 0 || sync != 1 || Py_TYPE(out) != (PyTypeObject *)tensor_type))
         Py_RETURN_NONE;
     if ((Py_TYPE(tensor) != (PyTypeObject *)tensor_type && Py_TYPE(tensor) != (PyTypeObject *)param_type) ||
         Py_TYPE(pset) != (PyTypeObject *)pset_type)
@@ -257,11 +280,25 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Clear();
         Py_RETURN_NONE;
     }
+    void *dst = ptr;
+    if (out != Py_None) {
+        /* empty_like of a contiguous CPU tensor: the same dtype, shape and
+         * layout; its address is all that is needed. */
+        PyObject *dst_o = attr(out, s_data_ptr, 1);
+        if (dst_o == NULL)
+            Py_RETURN_NONE;
+        dst = PyLong_AsVoidPtr(dst_o);
+        Py_DECREF(dst_o);
+        if (dst == NULL && PyErr_Occurred()) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
     /* The call, without the GIL (as ctypes makes it). */
     int64_t r;
     Py_BEGIN_ALLOW_THREADS
     if (sync)
-        r = f_sync(ptr, ptr, (int32_t)code, dims, (int64_t)ndim, (int32_t)op, pre, post, (int32_t)set,
+        r = f_sync(ptr, dst, (int32_t)code, dims, (int64_t)ndim, (int32_t)op, pre, post, (int32_t)set,
                    (char *)name_c, (int32_t)prio, errbuf, ERR_LEN);
     else
         r = f_async(ptr, ptr, (int32_t)code, dims, (int64_t)ndim, (int32_t)op, pre, post, (int32_t)set,
@@ -274,8 +311,9 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return Py_BuildValue("(LN)", (long long)-r, msg);
     }
     if (sync) {
-        Py_INCREF(tensor);
-        return tensor;
+        PyObject *res = out == Py_None ? tensor : out;
+        Py_INCREF(res);
+        return res;
     }
     PyObject *h = PyLong_FromLongLong(r);
     if (h == NULL)
@@ -344,7 +382,7 @@ static int64_t wait_reap(int64_t h) {
 }
 
 static PyObject *synchronize(PyObject *self, PyObject *handle) {
-    if (handle_map == NULL)
+    if (handle_map == NULL || forked)
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *entry = PyDict_GetItemWithError(handle_map, handle); /* borrowed */
     if (entry == NULL) {
@@ -399,7 +437,7 @@ static PyObject *synchronize(PyObject *self, PyObject *handle) {
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(addresses..., handle_map, reaped, Tensor, Parameter, ProcessSet, dtypes, strided, ops, average)"},
-    {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL, "the in-place allreduce of a plain tensor"},
+    {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL, "the in-place allreduce of a plain tensor, or its synchronous allreduce into out"},
     {"synchronize", synchronize, METH_O, "synchronize(handle) of a handle whose op succeeded"},
     {NULL, NULL, 0, NULL},
 };

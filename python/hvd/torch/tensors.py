@@ -239,6 +239,9 @@ def _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_s
     return code, op, float(prescale_factor), float(postscale_factor), pid
 
 
+# The tensor types the C path takes (not a subclass).
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
 # The C form of that check and call (hvd/common/_fastpath.c), or None.
 _fp = fastpath.load(handle_map, torch.Tensor, torch.nn.Parameter, ProcessSet, DTYPES, torch.strided, _FAST_OPS,
                     Average)
@@ -278,10 +281,14 @@ class StagedCollectives(Collectives):
                         priority=0):
         # The one-call synchronous allreduce hands the tensor's memory to
         # the library: a CUDA tensor goes through the staged async path.
-        if in_place and _fp is not None:
-            r = _fp.allreduce(tensor, True, True, None, name, op, prescale_factor, postscale_factor, process_set,
-                              priority)
-            if r is tensor:
+        if _fp is not None and (in_place or type(tensor) in _PLAIN and tensor.device.type == 'cpu'):
+            # In place, or (hvd.allreduce's new tensor) into a fresh one:
+            # one C call either way (the general path costs about 2x an 8 B
+            # op's latency in Python frames and ctypes, issue 27).
+            out = None if in_place else torch.empty_like(tensor, memory_format=torch.contiguous_format)
+            r = _fp.allreduce(tensor, in_place, True, None, name, op, prescale_factor, postscale_factor, process_set,
+                              priority, out)
+            if r is (tensor if in_place else out):
                 return r
             if r is not None:
                 fastpath.raise_refused(r)
