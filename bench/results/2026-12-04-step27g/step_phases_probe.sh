@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Issue 27, seventh session: step_phases.py (5.5 k; local, hvd, DDP in the same processes),
 # bound np 2, under env configurations, alternating. Usage: step_phases_probe.sh PASSES "A=1" "B=2" ...
-# usage: cfg.sh passes "NAME=ENV ..." ...
 cd "$(dirname "$0")/../../.."
 passes=$1; shift
 for p in $(seq 1 $passes); do
