@@ -562,9 +562,10 @@ func TestElasticDiscoveryScenario(t *testing.T) {
 	j.touch("stop")
 	j.finished(2)
 	j.check()
-	// The failing worker's exit, or (on a slow VM, while it still prints
-	// its traceback) every peer reporting it failed first: either way it
-	// is stopped and its host blacklisted.
+	// The failing worker's exit, or its peers reporting it failed before
+	// that exit is seen (the likely cause of 1 failure in 3 on the AMD
+	// EPYC VM; the failing output was not kept): either way it is stopped
+	// and its host blacklisted.
 	failed := "hvdrun: elastic: worker 127.0.0.2:0 (rank 2 of world 3) exited with status 1"
 	if alt := "hvdrun: elastic: worker 127.0.0.2:0 (rank 2 of world 3) was reported failed by worker"; !strings.Contains(j.output(), failed) && strings.Contains(j.output(), alt) {
 		failed = alt

@@ -243,7 +243,7 @@ def _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_s
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 # The C form of that check and call (hvd/common/_fastpath.c), or None.
-_fp = fastpath.load(handle_map, torch.Tensor, torch.nn.Parameter, ProcessSet, DTYPES, torch.strided, _FAST_OPS,
+_fp = fastpath.load(handle_map, *_PLAIN, ProcessSet, DTYPES, torch.strided, _FAST_OPS,
                     Average)
 
 
