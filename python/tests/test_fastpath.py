@@ -13,9 +13,13 @@ import torch
 import hvd.torch as hvd
 from hvd.common import _abi, handles
 from hvd.common.handles import synchronize_many
-from hvd.torch import tensors
+from hvd.torch import mpi_ops, tensors
 
 R, N = hvd.rank(), hvd.size()
+
+# The functions hvd.torch binds to their C forms when the C path is built
+# (a callable without a Python frame, falling back to the Python function).
+ENTRIES = ('allreduce_async_', 'allreduce_', 'synchronize')
 
 
 def test_the_c_path_is_loaded_when_built():
@@ -35,6 +39,9 @@ def path(request, monkeypatch):
     else:
         monkeypatch.setattr(tensors, '_fp', None)
         monkeypatch.setattr(handles, '_fast', None)
+        for name in ENTRIES:  # the Python functions the C forms fall back to
+            for mod in (hvd, mpi_ops):
+                monkeypatch.setattr(mod, name, getattr(getattr(mod, name), '__wrapped__', getattr(mod, name)))
     if request.param == 'general':
         monkeypatch.setattr(tensors, '_fast_args', lambda *a: None)
     return request.param
@@ -329,3 +336,115 @@ def test_a_forked_child_raises_instead_of_hanging(path, call):
         torch.testing.assert_close(hvd.synchronize(h), _expected(0, torch.float32, hvd.Sum))
     assert os.waitstatus_to_exitcode(status) == 0, \
         'the child exited %d (1: no error, 2: another RuntimeError)' % os.waitstatus_to_exitcode(status)
+
+
+def _c_only():
+    if tensors._fp is None:
+        pytest.skip('the C fast path is not built (python3-dev)')
+
+
+def test_entries_are_c_forms_of_the_python_functions():
+    """hvd.allreduce_async_, allreduce_ and synchronize are the C callables
+    (no Python frame per op), with the Python function's name, documentation
+    and signature; they pickle by reference as functions do."""
+    import inspect
+    import pickle
+    import types
+    _c_only()
+    for name in ENTRIES:
+        f = getattr(hvd, name)
+        assert f is getattr(mpi_ops, name)
+        assert not isinstance(f, types.FunctionType), name
+        py = f.__wrapped__
+        assert isinstance(py, types.FunctionType)
+        assert f.__name__ == name and f.__doc__ == py.__doc__ and f.__module__ == 'hvd.torch.mpi_ops'
+        assert inspect.signature(f) == inspect.signature(py)
+        assert pickle.loads(pickle.dumps(f)) is f
+        assert name in repr(f)
+
+
+def test_entries_take_horovods_argument_forms():
+    """Every way of passing Horovod's arguments gives the same result;
+    what the signature refuses raises the Python function's TypeError."""
+    _c_only()
+    forms = [
+        lambda x, n: hvd.allreduce_async_(x, None, n, hvd.Sum, 1.0, 1.0, hvd.global_process_set, 0),
+        lambda x, n: hvd.allreduce_async_(x, priority=3, process_set=hvd.global_process_set, postscale_factor=1,
+                                          prescale_factor=1, op=hvd.Sum, name=n, average=None),
+        lambda x, n: hvd.allreduce_async_(tensor=x, name=n, op=hvd.Sum),
+        lambda x, n: hvd.allreduce_async_(x, None, n, op=hvd.Sum),
+    ]
+    for i, form in enumerate(forms):
+        x = _x(i)
+        out = hvd.synchronize(form(x, 'fp.entry.form.%d' % i))
+        assert out is x
+        torch.testing.assert_close(out, _expected(i, torch.float32, hvd.Sum))
+    y = _x(5)
+    assert hvd.allreduce_(y, None, 'fp.entry.sync', hvd.Max) is y
+    torch.testing.assert_close(y, _expected(5, torch.float32, hvd.Max))
+    z = _x(6)
+    assert hvd.allreduce_(tensor=z, op=hvd.Sum) is z  # unnamed
+    torch.testing.assert_close(z, _expected(6, torch.float32, hvd.Sum))
+    x = _x(7)
+    with pytest.raises(TypeError, match='unexpected keyword'):
+        hvd.allreduce_async_(x, nme='fp.entry.typo')
+    with pytest.raises(TypeError, match='multiple values'):
+        hvd.allreduce_async_(x, None, 'fp.entry.twice', name='fp.entry.twice')
+    with pytest.raises(TypeError, match='positional argument'):
+        hvd.allreduce_async_(x, None, 'fp.entry.many', hvd.Sum, 1.0, 1.0, hvd.global_process_set, 0, 'extra')
+    with pytest.raises(TypeError, match='tensor'):
+        hvd.allreduce_async_(name='fp.entry.none')
+    with pytest.raises(TypeError, match='tensor'):
+        hvd.allreduce_()
+    with pytest.raises(TypeError):
+        hvd.synchronize()
+    with pytest.raises(TypeError):
+        hvd.synchronize(1, 2)
+    assert hvd.synchronize(handle=-12345) is None  # by keyword: the Python function, an unknown handle
+    # nothing was enqueued by the refused calls: a batch still completes
+    hs = [hvd.allreduce_async_(_x(i), op=hvd.Sum, name='fp.entry.after.%d' % i) for i in range(3)]
+    for i, h in enumerate(hs):
+        torch.testing.assert_close(hvd.synchronize(h), _expected(i, torch.float32, hvd.Sum))
+
+
+def test_entries_hand_only_other_cases_to_the_python_functions(monkeypatch):
+    """A plain contiguous CPU tensor never reaches the Python code behind
+    the C forms; a view that is not contiguous does, with the caller's
+    arguments as given; a refused op raises the library's error."""
+    _c_only()
+    seen = []
+    real_async, real_sync = type(tensors.collectives).allreduce_async_, type(tensors.collectives).allreduce_
+
+    def spy_async(self, tensor, *a, **kw):
+        seen.append(('async', a))
+        return real_async(self, tensor, *a, **kw)
+
+    def spy_sync(self, tensor, *a, **kw):
+        seen.append(('sync', a))
+        return real_sync(self, tensor, *a, **kw)
+
+    monkeypatch.setattr(type(tensors.collectives), 'allreduce_async_', spy_async)
+    monkeypatch.setattr(type(tensors.collectives), 'allreduce_', spy_sync)
+    x, y = _x(0), _x(1)
+    hvd.synchronize(hvd.allreduce_async_(x, op=hvd.Sum, name='fp.entry.plain'))
+    hvd.allreduce_(y, op=hvd.Sum, name='fp.entry.plain.sync')
+    assert seen == []
+    torch.testing.assert_close(x, _expected(0, torch.float32, hvd.Sum))
+    torch.testing.assert_close(y, _expected(1, torch.float32, hvd.Sum))
+    t = _x(2).t()
+    out = hvd.synchronize(hvd.allreduce_async_(t, op=hvd.Min, prescale_factor=2, name='fp.entry.view'))
+    assert out is t
+    torch.testing.assert_close(out, (_expected(2, torch.float64, hvd.Min) * 2).float().t())
+    assert [k for k, _ in seen] == ['async']
+    assert seen[0][1][:4] == (None, 'fp.entry.view', hvd.Min, 2)
+    # the library refuses a name in flight: raised as the Python path raises it
+    if R == 0:
+        h = hvd.allreduce_async_(_x(3), op=hvd.Sum, name='fp.entry.dup')
+        with pytest.raises(ValueError, match='fp.entry.dup'):
+            hvd.allreduce_async_(_x(3), op=hvd.Sum, name='fp.entry.dup')
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async_(_x(3), op=hvd.Sum, name='fp.entry.dup')
+    torch.testing.assert_close(hvd.synchronize(h), _expected(3, torch.float32, hvd.Sum))
+    assert [k for k, _ in seen] == ['async']

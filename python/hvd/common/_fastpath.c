@@ -35,11 +35,26 @@
  *   and they go into handles.reaped, so that their own synchronize (here
  *   or in Python) returns at once without calling the library. A batch of
  *   N async allreduces is then synchronized with one call instead of 2N.
+ *
+ * entry(kind, fallback, default_process_set, raise_refused)
+ *   A callable that is hvd.torch's allreduce_async_ ("allreduce_async_"),
+ *   allreduce_ ("allreduce_") or synchronize ("synchronize") itself, so
+ *   that a call costs no Python frame: it parses Horovod's signature
+ *   (tensor, average=None, name=None, op=None, prescale_factor=1.0,
+ *   postscale_factor=1.0, process_set=default, priority=0), or takes the
+ *   handle, and calls allreduce() or synchronize() above. Whatever those
+ *   decline, and any call they cannot parse (an unknown keyword, too many
+ *   arguments), goes to fallback with the same arguments: the Python
+ *   function, which checks and raises. A refused op is raised with
+ *   raise_refused((code, message)). The caller copies the fallback's name,
+ *   documentation and signature onto it (functools.update_wrapper); it
+ *   pickles by reference, as a function does.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <string.h>
 
 /* libhvd.h's prototypes */
@@ -435,10 +450,197 @@ static PyObject *synchronize(PyObject *self, PyObject *handle) {
     return value;
 }
 
+/* ---------------------------------------------------------------- entry */
+
+enum { K_ALLREDUCE_ASYNC_, K_ALLREDUCE_, K_SYNCHRONIZE };
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict; /* __name__, __doc__, __wrapped__, ... */
+    PyObject *fallback, *default_pset, *raise_refused;
+    int kind;
+} Entry;
+
+/* Horovod's parameter names, in order (interned at module init). */
+#define NPARAMS 8
+static const char *param_strs[NPARAMS] = {"tensor", "average", "name", "op", "prescale_factor",
+                                          "postscale_factor", "process_set", "priority"};
+static PyObject *param_names[NPARAMS], *one_f, *zero_i;
+
+/* The parameter index of keyword k, or -1. */
+static int param_index(PyObject *k) {
+    for (int i = 0; i < NPARAMS; i++)
+        if (k == param_names[i])
+            return i;
+    for (int i = 0; i < NPARAMS; i++) {
+        int eq = PyUnicode_Check(k) ? PyUnicode_Compare(k, param_names[i]) : -1;
+        if (eq == -1 && PyErr_Occurred())
+            PyErr_Clear();
+        if (eq == 0)
+            return i;
+    }
+    return -1;
+}
+
+static PyObject *entry_fallback(Entry *e, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
+}
+
+static PyObject *entry_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Entry *e = (Entry *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (e->kind == K_SYNCHRONIZE) {
+        if (nargs == 1 && kwnames == NULL) {
+            PyObject *r = synchronize(NULL, args[0]);
+            if (r != Py_NotImplemented)
+                return r;
+            Py_DECREF(r);
+        }
+        return entry_fallback(e, args, nargsf, kwnames);
+    }
+    /* tensor, in_place, sync, average, name, op, pre, post, process_set, priority */
+    PyObject *v[NPARAMS] = {NULL, Py_None, Py_None, Py_None, one_f, one_f, e->default_pset, zero_i};
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs < 0 || nargs > NPARAMS)
+        return entry_fallback(e, args, nargsf, kwnames);
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        v[i] = args[i];
+    unsigned seen = 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        int j = param_index(PyTuple_GET_ITEM(kwnames, i));
+        if (j < 0 || j < nargs || (seen & (1u << j)))
+            return entry_fallback(e, args, nargsf, kwnames); /* it raises TypeError */
+        seen |= 1u << j;
+        v[j] = args[nargs + i];
+    }
+    if (v[0] == NULL)
+        return entry_fallback(e, args, nargsf, kwnames);
+    PyObject *a[10] = {v[0], Py_True, e->kind == K_ALLREDUCE_ ? Py_True : Py_False, v[1], v[2], v[3], v[4], v[5],
+                       v[6], v[7]};
+    PyObject *r = allreduce(NULL, a, 10);
+    if (r == NULL)
+        return NULL;
+    if (r == Py_None) {
+        Py_DECREF(r);
+        return entry_fallback(e, args, nargsf, kwnames);
+    }
+    if (PyTuple_Check(r)) { /* (code, message): the library refused the op */
+        PyObject *x = PyObject_CallOneArg(e->raise_refused, r);
+        Py_DECREF(r);
+        Py_XDECREF(x);
+        if (x != NULL)
+            PyErr_SetString(PyExc_RuntimeError, "_fastpath: raise_refused returned");
+        return NULL;
+    }
+    return r;
+}
+
+static int entry_traverse(PyObject *self, visitproc visit, void *arg) {
+    Entry *e = (Entry *)self;
+    Py_VISIT(e->dict);
+    Py_VISIT(e->fallback);
+    Py_VISIT(e->default_pset);
+    Py_VISIT(e->raise_refused);
+    return 0;
+}
+
+static int entry_clear(PyObject *self) {
+    Entry *e = (Entry *)self;
+    Py_CLEAR(e->dict);
+    Py_CLEAR(e->fallback);
+    Py_CLEAR(e->default_pset);
+    Py_CLEAR(e->raise_refused);
+    return 0;
+}
+
+static void entry_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    entry_clear(self);
+    PyObject_GC_Del(self);
+}
+
+/* Pickled by reference (its __name__ in its __module__), as a function. */
+static PyObject *entry_reduce(PyObject *self, PyObject *unused) {
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyObject *entry_repr(PyObject *self) {
+    PyObject *name = PyObject_GetAttrString(self, "__qualname__");
+    if (name == NULL) {
+        PyErr_Clear();
+        return PyUnicode_FromFormat("<hvd entry at %p>", self);
+    }
+    PyObject *r = PyUnicode_FromFormat("<function %U (C fast path) at %p>", name, self);
+    Py_DECREF(name);
+    return r;
+}
+
+static PyMethodDef entry_methods[] = {
+    {"__reduce__", entry_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef entry_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hvd.common._fastpath.entry",
+    .tp_basicsize = sizeof(Entry),
+    .tp_dealloc = entry_dealloc,
+    .tp_vectorcall_offset = offsetof(Entry, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_repr = entry_repr,
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_traverse = entry_traverse,
+    .tp_clear = entry_clear,
+    .tp_methods = entry_methods,
+    .tp_getset = entry_getset,
+    .tp_dictoffset = offsetof(Entry, dict),
+};
+
+static PyObject *entry(PyObject *self, PyObject *args) {
+    const char *kind;
+    PyObject *fallback, *pset, *refused;
+    if (!PyArg_ParseTuple(args, "sOOO", &kind, &fallback, &pset, &refused))
+        return NULL;
+    int k = strcmp(kind, "allreduce_async_") == 0 ? K_ALLREDUCE_ASYNC_
+            : strcmp(kind, "allreduce_") == 0    ? K_ALLREDUCE_
+            : strcmp(kind, "synchronize") == 0   ? K_SYNCHRONIZE
+                                                 : -1;
+    if (k < 0) {
+        PyErr_Format(PyExc_ValueError, "_fastpath.entry: unknown kind %s", kind);
+        return NULL;
+    }
+    if (!PyCallable_Check(fallback) || !PyCallable_Check(refused)) {
+        PyErr_SetString(PyExc_TypeError, "_fastpath.entry: fallback and raise_refused must be callable");
+        return NULL;
+    }
+    Entry *e = PyObject_GC_New(Entry, &EntryType);
+    if (e == NULL)
+        return NULL;
+    e->vectorcall = entry_call;
+    e->dict = NULL;
+    e->kind = k;
+    Py_INCREF(fallback);
+    e->fallback = fallback;
+    Py_INCREF(pset);
+    e->default_pset = pset;
+    Py_INCREF(refused);
+    e->raise_refused = refused;
+    PyObject_GC_Track(e);
+    return (PyObject *)e;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(addresses..., handle_map, reaped, Tensor, Parameter, ProcessSet, dtypes, strided, ops, average)"},
     {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL, "the in-place allreduce of a plain tensor, or its synchronous allreduce into out"},
     {"synchronize", synchronize, METH_O, "synchronize(handle) of a handle whose op succeeded"},
+    {"entry", entry, METH_VARARGS, "entry(kind, fallback, default_process_set, raise_refused): allreduce_async_, allreduce_ or synchronize in C"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -452,5 +654,14 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
         if (*names[i] == NULL)
             return NULL;
     }
+    for (int i = 0; i < NPARAMS; i++) {
+        param_names[i] = PyUnicode_InternFromString(param_strs[i]);
+        if (param_names[i] == NULL)
+            return NULL;
+    }
+    one_f = PyFloat_FromDouble(1.0);
+    zero_i = PyLong_FromLong(0);
+    if (one_f == NULL || zero_i == NULL || PyType_Ready(&EntryType) < 0)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -4,6 +4,7 @@ tensors and synchronize (which reaps a batch's finished ops in one call). Withou
 calls run in Python through ctypes (same results and errors; about 2-3 µs
 more per op)."""
 import ctypes
+import functools
 import os
 
 from hvd.common import _abi, handles
@@ -30,6 +31,20 @@ def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, a
                     param_type, pset_type, dict(dtypes), strided, tuple(ops), int(average))
     handles.set_fast(_fastpath)
     return _fastpath
+
+
+def entry(fp, kind, fallback, default_process_set, module):
+    """fallback itself when fp (load's module) is None; else the C form of
+    it (kind: 'allreduce_async_', 'allreduce_' or 'synchronize'), a
+    callable with no Python frame that takes the C path and hands every
+    other call to fallback, with fallback's name, documentation and
+    signature (inspect follows __wrapped__). module: the module that binds
+    it under that name (where pickle finds it)."""
+    if fp is None:
+        return fallback
+    e = functools.update_wrapper(fp.entry(kind, fallback, default_process_set, raise_refused), fallback)
+    e.__module__ = module
+    return e
 
 
 def raise_refused(refused):

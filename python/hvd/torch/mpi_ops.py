@@ -27,11 +27,13 @@ from hvd.common.basics import (shutdown, is_initialized, start_timeline, stop_ti
 from hvd.common.collectives import barrier, join  # noqa: F401
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from hvd.common.handles import handle_map as _handle_map  # noqa: F401  (Horovod's mpi_ops._handle_map)
+from hvd.common import fastpath as _fastpath
 from hvd.common.handles import poll, synchronize  # noqa: F401
 from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: F401
                             handle_average_backwards_compatibility)
 from hvd.common.process_sets import ProcessSet, global_process_set, add_process_set, remove_process_set  # noqa: F401
 from hvd.torch.compression import Compression
+from hvd.torch.tensors import _fp
 from hvd.torch.tensors import collectives as _c
 
 # Horovod's HorovodBasics object, which tests written for Horovod reach into
@@ -115,10 +117,21 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     return _c.allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority)
 
 
+# allreduce_async_, allreduce_ and synchronize are called per tensor in
+# training loops (a hook per gradient, a batch of async ops): their C forms
+# (hvd/common/_fastpath.c) take a plain CPU tensor's op without a Python
+# frame and hand anything else to the functions above (issue 27).
+allreduce_async_ = _fastpath.entry(_fp, 'allreduce_async_', allreduce_async_, global_process_set, __name__)
+synchronize = _fastpath.entry(_fp, 'synchronize', synchronize, global_process_set, __name__)
+
+
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set, priority=0):
     """In-place allreduce; returns tensor."""
     return _c.allreduce_(tensor, average, name, op, prescale_factor, postscale_factor, process_set, priority)
+
+
+allreduce_ = _fastpath.entry(_fp, 'allreduce_', allreduce_, global_process_set, __name__)
 
 
 # -------------------------------------------------------- grouped allreduce
