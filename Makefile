@@ -9,7 +9,7 @@ PYNP    ?= 2
 
 PYTHON  ?= /usr/bin/python3
 PYBUILD := build/python
-PY_SRC  := $(shell find python/hvd -name '*.py')
+PY_SRC  := $(shell find python/hvd -name '*.py' -o -name '*.c')
 
 all: build
 
@@ -49,11 +49,11 @@ run-go: build
 
 # libhvd.so (+ header) and the importable package under build/python:
 # PYTHONPATH=build/python python3 -c 'import hvd.torch'
-python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC)
+python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC) $(PYBUILD)/hvd/torch/.tensorinfo
 	mkdir -p $(PYBUILD)
 	cp -r python/hvd $(PYBUILD)/
 	find $(PYBUILD)/hvd -name __pycache__ -prune -exec rm -rf {} +
-	rm -f $(PYBUILD)/hvd/common/_fastpath.c
+	rm -f $(PYBUILD)/hvd/common/_fastpath.c $(PYBUILD)/hvd/torch/_tensorinfo.cpp
 	@# hvd.torch's per-op fast path (hvd/common/_fastpath.c) for $(PYTHON), when its headers are
 	@# installed (python3-dev); without it the same calls run through ctypes.
 	@inc=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
@@ -61,6 +61,17 @@ python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC)
 	if [ -f "$$inc/Python.h" ]; then \
 	  $(CC) -O2 -shared -fPIC -Wall -Werror -I"$$inc" -o $(PYBUILD)/hvd/common/_fastpath$$suf python/hvd/common/_fastpath.c; \
 	else echo "note: no Python.h for $(PYTHON) (install python3-dev): hvd.torch's per-op calls go through ctypes"; fi
+
+# The C fast path's reader of torch's tensors (hvd/torch/_tensorinfo.cpp),
+# built against the torch $(PYTHON) imports when its C++ headers are there
+# (Debian: libtorch-dev; about 15 s); without it the fast path asks the
+# tensor's Python attributes. The stamp is left only after a build, so a
+# torch installed later is picked up.
+$(PYBUILD)/hvd/torch/.tensorinfo: python/hvd/torch/_tensorinfo.cpp python/build_tensorinfo.py
+	@mkdir -p $(@D)
+	@echo "$(PYTHON) python/build_tensorinfo.py $(PYBUILD) $(CXX)"; \
+	$(PYTHON) python/build_tensorinfo.py $(PYBUILD) $(CXX) && touch $@ || \
+	  echo "note: hvd.torch's fast path reads tensors through their Python attributes (hvd/torch/_tensorinfo.cpp not built)"
 
 $(PYBUILD)/hvd/libhvd.so: $(shell find cmd/libhvd sdk backends -name '*.go' -not -name '*_test.go') go.mod
 	mkdir -p $(PYBUILD)/hvd
@@ -89,13 +100,14 @@ proto:
 	  --go_out=internal/pb --go_opt=paths=source_relative \
 	  --go-grpc_out=internal/pb --go-grpc_opt=paths=source_relative adapter.proto
 
-# Debian's PyTorch stack, and Python's headers for hvd.torch's C fast path
-# (hvd/common/_fastpath.c), when $(PYTHON) lacks them.
+# Debian's PyTorch stack, Python's headers for hvd.torch's C fast path
+# (hvd/common/_fastpath.c) and torch's C++ headers for its tensor reader
+# (hvd/torch/_tensorinfo.cpp), when $(PYTHON) lacks them.
 torch:
-	@$(PYTHON) -c 'import os, sys, sysconfig, torch, numpy, pytest; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null || { \
-	  echo "installing python3-torch python3-numpy python3-pytest python3-dev with apt-get"; \
+	@$(PYTHON) -c 'import os, sys, sysconfig, torch, numpy, pytest; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) or not os.path.exists(os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "autograd", "python_variable.h")))' 2>/dev/null || { \
+	  echo "installing python3-torch python3-numpy python3-pytest python3-dev libtorch-dev with apt-get"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch python3-numpy python3-pytest python3-dev >/dev/null; }
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch python3-numpy python3-pytest python3-dev libtorch-dev >/dev/null; }
 
 # Regenerate the C ABI's two sides from codegen/abi/hvd.go.
 generate:

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,8 +27,26 @@ var (
 	pyDir  string // PYTHONPATH entry holding hvd/ and hvd/libhvd.so
 	pyErr  error
 	pySkip string
-	pyFast bool // hvd/common/_fastpath was built (Python's headers are installed)
+	pyFast bool   // hvd/common/_fastpath was built (Python's headers are installed)
+	pyInfo string // why hvd/torch/_tensorinfo was not built ("" when it was)
 )
+
+// buildTensorInfo compiles the fast path's reader of torch's tensors into
+// the package in dir with python/build_tensorinfo.py, as `make python`
+// does: the reason when it cannot be built here (no torch C++ headers), an
+// error when the compiler fails.
+func buildTensorInfo(dir string) (string, error) {
+	out, err := exec.Command(python, "../python/build_tensorinfo.py", dir).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return "", nil
+	case errors.As(err, &ee) && ee.ExitCode() == 3:
+		return strings.TrimSpace(string(out)), nil
+	default:
+		return "", fmt.Errorf("building hvd/torch/_tensorinfo.cpp: %v\n%s", err, out)
+	}
+}
 
 // buildFastpath compiles hvd.torch's C fast path into the package in dir,
 // as `make python` does: false (and no error) when python3's headers are
@@ -70,6 +89,9 @@ func pythonPackage(t *testing.T) string {
 			return
 		}
 		if pyFast, pyErr = buildFastpath(dir); pyErr != nil {
+			return
+		}
+		if pyInfo, pyErr = buildTensorInfo(dir); pyErr != nil {
 			return
 		}
 		pyDir = dir
@@ -125,6 +147,9 @@ func TestPythonTorch(t *testing.T) {
 			args := append([]string{"-np", strconv.Itoa(c.np), "--bind-to", c.bind, python}, pytestArgs...)
 			if !pyFast {
 				t.Fatal("python3's headers are not installed, so hvd.torch's C fast path (hvd/common/_fastpath.c) cannot be built and tested: apt-get install python3-dev (.ci/run does)")
+			}
+			if pyInfo != "" {
+				t.Fatalf("hvd.torch's tensor reader (hvd/torch/_tensorinfo.cpp) cannot be built and tested: %s (.ci/run installs libtorch-dev)", pyInfo)
 			}
 			out, code := hvdrun(t, 4*time.Minute, pyEnv(pkg, "HVD_TEST_FASTPATH=required"), append(args, "../python/tests/test_torch.py", "../python/tests/test_fastpath.py")...)
 			checkPytest(t, out, code, c.np)

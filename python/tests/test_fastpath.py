@@ -448,3 +448,77 @@ def test_entries_hand_only_other_cases_to_the_python_functions(monkeypatch):
         h = hvd.allreduce_async_(_x(3), op=hvd.Sum, name='fp.entry.dup')
     torch.testing.assert_close(hvd.synchronize(h), _expected(3, torch.float32, hvd.Sum))
     assert [k for k, _ in seen] == ['async']
+
+
+def test_the_tensor_reader_is_used_when_built(monkeypatch):
+    """With HVD_TEST_FASTPATH=required (e2e builds hvd/torch/_tensorinfo.cpp
+    too) the C path reads tensors through it; it is refused when turned
+    off or when torch is not the version it was compiled against."""
+    if os.environ.get('HVD_TEST_FASTPATH') != 'required':
+        pytest.skip('HVD_TEST_FASTPATH=required is not set: the tensor reader is not required here')
+    assert tensors._fp is not None and tensors._fp.has_reader(), 'hvd/torch/_tensorinfo was built but is not used'
+    assert tensors._tensor_info() is not None
+    monkeypatch.setenv('HVD_PY_TENSORINFO', '0')
+    assert tensors._tensor_info() is None
+    monkeypatch.delenv('HVD_PY_TENSORINFO')
+    monkeypatch.setattr(tensors.torch, '__version__', '0.1.0')
+    assert tensors._tensor_info() is None
+
+
+def test_the_tensor_reader_agrees_with_the_attributes():
+    """hvd/torch/_tensorinfo's answer for each tensor is what its Python
+    attributes say: (dtype, shape, address) for a contiguous strided CPU
+    tensor, nothing for anything else."""
+    try:
+        from hvd.torch import _tensorinfo
+    except ImportError:
+        if os.environ.get('HVD_TEST_FASTPATH') == 'required':
+            raise
+        pytest.skip('hvd/torch/_tensorinfo is not built (no torch C++ headers)')
+    codes = {}
+    for dtype in tensors.DTYPES:
+        codes[_tensorinfo.describe(torch.empty(0, dtype=dtype))[0]] = dtype
+    assert len(codes) == len(tensors.DTYPES)
+    base = torch.arange(60, dtype=torch.float32).reshape(5, 12)
+    grown = torch.zeros(2)
+    grown.resize_(3, 4)
+
+    class Sub(torch.Tensor):
+        pass
+
+    cases = [base, base[2:], base[1:3], base[:, 4:], base.t(), base[:, ::2], base[3], base[3, 5], torch.tensor(7),
+             torch.zeros(0), torch.zeros(3, 0, 2), torch.zeros(1, 3).expand(4, 3), grown,
+             torch.nn.Parameter(torch.ones(2, 3)), torch.ones(4, requires_grad=True), torch.ones(3).as_subclass(Sub),
+             torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last), torch.zeros(2, 3).to_sparse(),
+             torch.zeros(3, dtype=torch.complex64), torch.empty(3, device='meta'), torch.zeros(*[1] * 20)]
+    cases += [torch.ones(2, 3, dtype=d)[1:] for d in tensors.DTYPES]
+    for i, t in enumerate(cases):
+        d = _tensorinfo.describe(t)
+        plain = t.layout is torch.strided and t.device.type == 'cpu' and t.is_contiguous()
+        if not plain:
+            assert d is None, (i, d)
+            continue
+        assert d is not None, i
+        st, shape, addr = d
+        if t.dtype in tensors.DTYPES:
+            assert codes[st] is t.dtype, (i, st, t.dtype)
+        assert torch.Size(shape) == t.shape and addr == t.data_ptr(), (i, d, t.shape, t.data_ptr())
+    assert _tensorinfo.describe([1, 2]) is None and _tensorinfo.describe(None) is None
+    assert _tensorinfo.version() == tensors._torch_release(torch.__version__)
+
+
+def test_views_with_an_offset_are_reduced_in_place(path):
+    """A contiguous view that starts inside its storage: the op reads and
+    writes the view's memory only (the address the C path passes includes
+    the offset)."""
+    base = _x(0).reshape(-1).clone()
+    before = base.clone()
+    v = base[4:10]
+    out = hvd.synchronize(hvd.allreduce_async_(v, op=hvd.Sum, name='fp.offset.%s' % path))
+    assert out is v
+    torch.testing.assert_close(base[4:10], _expected(0, torch.float32, hvd.Sum).reshape(-1)[4:10])
+    assert torch.equal(base[:4], before[:4]) and torch.equal(base[10:], before[10:])
+    row = _x(1).clone()
+    assert hvd.allreduce_(row[2], op=hvd.Max, name='fp.offset.row.%s' % path) is not None
+    torch.testing.assert_close(row[2], _expected(1, torch.float32, hvd.Max)[2])
+    torch.testing.assert_close(row[3], _x(1)[3])

@@ -75,7 +75,7 @@ def package_sources():
                 rel = os.path.relpath(os.path.join(dirpath, fn), PKG_ROOT)
                 with open(os.path.join(PKG_ROOT, rel)) as f:
                     out[module_name(rel)] = (f.read(), fn == '__init__.py')
-            elif fn.endswith('.c'):  # a C extension module (hvd/common/_fastpath.c): no Python imports
+            elif fn.endswith(('.c', '.cpp')):  # a C/C++ extension module (hvd/common/_fastpath.c): no Python imports
                 out[module_name(os.path.relpath(os.path.join(dirpath, fn), PKG_ROOT))] = ('', False)
     return out
 

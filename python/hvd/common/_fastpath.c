@@ -36,6 +36,12 @@
  *   or in Python) returns at once without calling the library. A batch of
  *   N async allreduces is then synchronized with one call instead of 2N.
  *
+ * setup's last two arguments (optional): the capsule of a framework's
+ *   tensor reader (hvd.torch._tensorinfo) and its table from the reader's
+ *   scalar types to dtype codes. With them allreduce() learns a tensor's
+ *   dtype, device, layout, contiguity, shape and address in one C call
+ *   instead of six Python attribute calls.
+ *
  * entry(kind, fallback, default_process_set, raise_refused)
  *   A callable that is hvd.torch's allreduce_async_ ("allreduce_async_"),
  *   allreduce_ ("allreduce_") or synchronize ("synchronize") itself, so
@@ -73,6 +79,13 @@ static async_fn f_async;
 static sync_fn f_sync;
 static handle_fn f_wait, f_release;
 static reap_fn f_reap;
+/* hvd.torch._tensorinfo's reader (see there): 1 with the fields of a
+ * contiguous strided CPU tensor, 0 for anything else. */
+typedef int (*info_fn)(PyObject *t, int *scalar_type, int64_t *dims, int maxdims, int *ndim, void **data);
+#define INFO_CAPSULE "hvd.torch._tensorinfo.info"
+#define MAX_SCALAR_TYPES 64
+static info_fn f_info;
+static int info_codes[MAX_SCALAR_TYPES]; /* scalar type -> dtype code, -1: unsupported */
 static PyObject *handle_map, *reaped_set, *tensor_type, *param_type, *pset_type, *dtypes, *strided, *fast_ops;
 static long average_op;
 static PyObject *s_dtype, *s_is_cpu, *s_layout, *s_is_contiguous, *s_data_ptr, *s_shape, *s_set_id;
@@ -134,11 +147,33 @@ static int pending_add(int64_t h) {
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     unsigned long long a_async, a_sync, a_wait, a_release, a_reap;
-    PyObject *hm, *rs, *tt, *pt, *ps, *dt, *st, *ops;
-    if (!PyArg_ParseTuple(args, "KKKKKO!O!OOOO!OO!l", &a_async, &a_sync, &a_wait, &a_release, &a_reap, &PyDict_Type,
-                          &hm, &PySet_Type, &rs, &tt, &pt, &ps, &PyDict_Type, &dt, &st, &PyTuple_Type, &ops,
-                          &average_op))
+    PyObject *hm, *rs, *tt, *pt, *ps, *dt, *st, *ops, *cap = Py_None, *table = NULL;
+    if (!PyArg_ParseTuple(args, "KKKKKO!O!OOOO!OO!l|OO!", &a_async, &a_sync, &a_wait, &a_release, &a_reap,
+                          &PyDict_Type, &hm, &PySet_Type, &rs, &tt, &pt, &ps, &PyDict_Type, &dt, &st, &PyTuple_Type,
+                          &ops, &average_op, &cap, &PyTuple_Type, &table))
         return NULL;
+    /* The framework's tensor reader and its scalar-type table, or none. */
+    info_fn info = NULL;
+    int codes[MAX_SCALAR_TYPES];
+    if (cap != Py_None) {
+        info = (info_fn)PyCapsule_GetPointer(cap, INFO_CAPSULE);
+        if (info == NULL)
+            return NULL;
+        Py_ssize_t n = table == NULL ? 0 : PyTuple_GET_SIZE(table);
+        if (n > MAX_SCALAR_TYPES) {
+            PyErr_SetString(PyExc_ValueError, "_fastpath.setup: scalar-type table too long");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < MAX_SCALAR_TYPES; i++) {
+            long c = -1;
+            if (i < n) {
+                c = PyLong_AsLong(PyTuple_GET_ITEM(table, i));
+                if (c == -1 && PyErr_Occurred())
+                    return NULL;
+            }
+            codes[i] = (int)c;
+        }
+    }
     static int atfork;
     if (!atfork && pthread_atfork(NULL, NULL, after_fork_in_child) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "_fastpath: pthread_atfork failed");
@@ -150,6 +185,9 @@ static PyObject *setup(PyObject *self, PyObject *args) {
     f_wait = (handle_fn)(uintptr_t)a_wait;
     f_release = (handle_fn)(uintptr_t)a_release;
     f_reap = (reap_fn)(uintptr_t)a_reap;
+    f_info = info;
+    if (info != NULL)
+        memcpy(info_codes, codes, sizeof(codes));
     PyObject **slots[] = {&handle_map, &reaped_set, &tensor_type, &param_type, &pset_type, &dtypes, &strided, &fast_ops};
     PyObject *vals[] = {hm, rs, tt, pt, ps, dt, st, ops};
     for (int i = 0; i < 8; i++) {
@@ -206,6 +244,53 @@ static int is(PyObject *o, PyObject *name, int call, PyObject *want) {
     return v == want;
 }
 
+/* Without a tensor reader: the tensor's dtype code, shape and address
+ * from its Python attributes. 1 for a contiguous strided CPU tensor of a
+ * supported dtype, else 0 (no error set). */
+static int tensor_attrs(PyObject *tensor, int64_t *dims, Py_ssize_t *ndim_out, long long *code, void **ptr_out) {
+    PyObject *dt = attr(tensor, s_dtype, 0);
+    if (dt == NULL)
+        return 0;
+    PyObject *code_o = PyDict_GetItemWithError(dtypes, dt); /* borrowed */
+    Py_DECREF(dt);
+    if (code_o == NULL || !bounded(code_o, 0, 1 << 30, code)) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (!is(tensor, s_is_cpu, 0, Py_True) || !is(tensor, s_layout, 0, strided) ||
+        !is(tensor, s_is_contiguous, 1, Py_True))
+        return 0;
+    PyObject *shape = attr(tensor, s_shape, 0);
+    if (shape == NULL)
+        return 0;
+    Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
+    if (ndim < 0 || ndim > MAX_DIMS) {
+        Py_DECREF(shape);
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < ndim; i++) {
+        long long d;
+        if (!bounded(PyTuple_GET_ITEM(shape, i), 0, INT64_MAX, &d)) {
+            Py_DECREF(shape);
+            return 0;
+        }
+        dims[i] = d;
+    }
+    Py_DECREF(shape);
+    PyObject *ptr_o = attr(tensor, s_data_ptr, 1);
+    if (ptr_o == NULL)
+        return 0;
+    void *ptr = PyLong_AsVoidPtr(ptr_o);
+    Py_DECREF(ptr_o);
+    if (ptr == NULL && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *ndim_out = ndim;
+    *ptr_out = ptr;
+    return 1;
+}
+
 static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10 && nargs != 11) {
         PyErr_SetString(PyExc_TypeError, "_fastpath.allreduce takes 10 or 11 arguments");
@@ -255,44 +340,18 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (!ok)
         Py_RETURN_NONE;
     /* The tensor: dtype, device, layout, contiguity, address, shape. */
-    PyObject *dt = attr(tensor, s_dtype, 0);
-    if (dt == NULL)
-        Py_RETURN_NONE;
-    PyObject *code_o = PyDict_GetItemWithError(dtypes, dt); /* borrowed */
-    Py_DECREF(dt);
-    long long code;
-    if (code_o == NULL || !bounded(code_o, 0, 1 << 30, &code)) {
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (!is(tensor, s_is_cpu, 0, Py_True) || !is(tensor, s_layout, 0, strided) ||
-        !is(tensor, s_is_contiguous, 1, Py_True))
-        Py_RETURN_NONE;
-    PyObject *shape = attr(tensor, s_shape, 0);
-    if (shape == NULL)
-        Py_RETURN_NONE;
     int64_t dims[MAX_DIMS];
-    Py_ssize_t ndim = PyTuple_Check(shape) ? PyTuple_GET_SIZE(shape) : -1;
-    if (ndim < 0 || ndim > MAX_DIMS) {
-        Py_DECREF(shape);
-        Py_RETURN_NONE;
-    }
-    for (Py_ssize_t i = 0; i < ndim; i++) {
-        long long d;
-        if (!bounded(PyTuple_GET_ITEM(shape, i), 0, INT64_MAX, &d)) {
-            Py_DECREF(shape);
+    Py_ssize_t ndim;
+    long long code;
+    void *ptr;
+    if (f_info != NULL) {
+        int st, nd;
+        if (!f_info(tensor, &st, dims, MAX_DIMS, &nd, &ptr) || st < 0 || st >= MAX_SCALAR_TYPES ||
+            info_codes[st] < 0)
             Py_RETURN_NONE;
-        }
-        dims[i] = d;
-    }
-    Py_DECREF(shape);
-    PyObject *ptr_o = attr(tensor, s_data_ptr, 1);
-    if (ptr_o == NULL)
-        Py_RETURN_NONE;
-    void *ptr = PyLong_AsVoidPtr(ptr_o);
-    Py_DECREF(ptr_o);
-    if (ptr == NULL && PyErr_Occurred()) {
-        PyErr_Clear();
+        ndim = nd;
+        code = info_codes[st];
+    } else if (tensor_attrs(tensor, dims, &ndim, &code, &ptr) != 1) {
         Py_RETURN_NONE;
     }
     void *dst = ptr;
@@ -636,10 +695,13 @@ static PyObject *entry(PyObject *self, PyObject *args) {
     return (PyObject *)e;
 }
 
+static PyObject *has_reader(PyObject *self, PyObject *unused) { return PyBool_FromLong(f_info != NULL); }
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(addresses..., handle_map, reaped, Tensor, Parameter, ProcessSet, dtypes, strided, ops, average)"},
     {"allreduce", (PyCFunction)(void (*)(void))allreduce, METH_FASTCALL, "the in-place allreduce of a plain tensor, or its synchronous allreduce into out"},
     {"synchronize", synchronize, METH_O, "synchronize(handle) of a handle whose op succeeded"},
+    {"has_reader", has_reader, METH_NOARGS, "whether setup was given a tensor reader"},
     {"entry", entry, METH_VARARGS, "entry(kind, fallback, default_process_set, raise_refused): allreduce_async_, allreduce_ or synchronize in C"},
     {NULL, NULL, 0, NULL},
 };

@@ -10,9 +10,12 @@ import os
 from hvd.common import _abi, handles
 
 
-def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, average):
+def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, average, tensor_info=None):
     """The set-up _fastpath module, or None (not built, turned off, or the
-    library not loaded). ops: the reduce ops it may pass through."""
+    library not loaded). ops: the reduce ops it may pass through.
+    tensor_info: None, or (capsule, table) of a framework's tensor reader
+    (hvd.torch.tensors._tensor_info), used instead of the tensor's
+    attributes."""
     if os.environ.get('HVD_PY_FASTPATH', '1').strip().lower() in ('0', 'false', 'no', 'off'):
         return None
     lib = _abi.library()
@@ -28,7 +31,8 @@ def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, a
 
     _fastpath.setup(addr(lib.hvd_allreduce_async), addr(lib.hvd_allreduce), addr(lib.hvd_wait),
                     addr(lib.hvd_release), addr(lib.hvd_wait_reap), handle_map, handles.reaped, tensor_type,
-                    param_type, pset_type, dict(dtypes), strided, tuple(ops), int(average))
+                    param_type, pset_type, dict(dtypes), strided, tuple(ops), int(average),
+                    *(tensor_info or (None, ())))
     handles.set_fast(_fastpath)
     return _fastpath
 

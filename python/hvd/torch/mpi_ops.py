@@ -33,7 +33,7 @@ from hvd.common.ops import (Average, Sum, Adasum, Min, Max, Product,  # noqa: F4
                             handle_average_backwards_compatibility)
 from hvd.common.process_sets import ProcessSet, global_process_set, add_process_set, remove_process_set  # noqa: F401
 from hvd.torch.compression import Compression
-from hvd.torch.tensors import _fp
+from hvd.torch.tensors import c_path as _fp
 from hvd.torch.tensors import collectives as _c
 
 # Horovod's HorovodBasics object, which tests written for Horovod reach into

@@ -14,6 +14,8 @@ in-place op copies the host result back into the caller's CUDA tensor.
 The device-to-host copy synchronizes with the tensor's stream, so kernels
 that produced it have finished. docs/gpu.md says what a GPU has run.
 """
+import os
+
 import numpy as _np
 import torch
 
@@ -242,9 +244,64 @@ def _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_s
 # The tensor types the C path takes (not a subclass).
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
+def _torch_release(version):
+    """(major, minor, patch) of a torch version string ('1.13.0a0+git...')."""
+    parts = []
+    for p in version.split('+')[0].split('.')[:3]:
+        digits = ''
+        for ch in p:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def _tensor_info():
+    """(capsule, scalar-type table) of hvd/torch/_tensorinfo.cpp, which
+    reads a tensor's dtype, layout, device, contiguity, shape and address
+    from the at::Tensor itself, or None: not built, built for another torch
+    (it reads torch's C++ objects), turned off with HVD_PY_TENSORINFO=0, or
+    its answers differ from the Python attributes on sample tensors. The
+    table maps torch's scalar type numbers to hvd's dtype codes (-1: not
+    supported)."""
+    if os.environ.get('HVD_PY_TENSORINFO', '1').strip().lower() in ('0', 'false', 'no', 'off'):
+        return None
+    try:
+        from hvd.torch import _tensorinfo
+    except ImportError:
+        return None
+    if _tensorinfo.version() != _torch_release(torch.__version__):
+        return None
+    codes = {}
+    for dtype, code in DTYPES.items():
+        d = _tensorinfo.describe(torch.empty(0, dtype=dtype))
+        if d is None:
+            return None
+        codes[d[0]] = code
+    base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
+    samples = [base, base[1:], base[:, 2:], base.t(), torch.tensor(3.0), torch.zeros(0, 3),
+               torch.nn.Parameter(torch.ones(2, 2)), torch.ones(2, 3, dtype=torch.int16)[1],
+               torch.zeros(8)[::2], torch.zeros(2, 3).to_sparse()]
+    for t in samples:
+        plain = t.layout is torch.strided and _on_cpu(t) and t.is_contiguous()
+        want = (t.shape, t.data_ptr(), DTYPES.get(t.dtype)) if plain else None
+        d = _tensorinfo.describe(t)
+        got = None if d is None else (torch.Size(d[1]), d[2], codes.get(d[0]))
+        if got != want:
+            return None
+    table = [-1] * (max(codes) + 1)
+    for st, code in codes.items():
+        table[st] = code
+    return _tensorinfo.info, tuple(table)
+
+
 # The C form of that check and call (hvd/common/_fastpath.c), or None.
 _fp = fastpath.load(handle_map, *_PLAIN, ProcessSet, DTYPES, torch.strided, _FAST_OPS,
-                    Average)
+                    Average, _tensor_info())
+
+# The same, for hvd.torch.mpi_ops's C entries (fastpath.entry).
+c_path = _fp
 
 
 class StagedCollectives(Collectives):
