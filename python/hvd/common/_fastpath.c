@@ -355,9 +355,14 @@ static PyObject *allreduce(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Py_RETURN_NONE;
     }
     void *dst = ptr;
-    if (out != Py_None) {
+    if (out != Py_None && f_info != NULL) {
         /* empty_like of a contiguous CPU tensor: the same dtype, shape and
          * layout; its address is all that is needed. */
+        int st, nd;
+        int64_t odims[MAX_DIMS];
+        if (!f_info(out, &st, odims, MAX_DIMS, &nd, &dst))
+            Py_RETURN_NONE;
+    } else if (out != Py_None) {
         PyObject *dst_o = attr(out, s_data_ptr, 1);
         if (dst_o == NULL)
             Py_RETURN_NONE;
