@@ -80,8 +80,8 @@ func checkInto(op string, t, out Tensor, o ReduceOptions) error {
 	if err := t.validate(op); err != nil {
 		return err
 	}
-	if err := out.validate(op + " output"); err != nil {
-		return err
+	if err := out.validate(op); err != nil {
+		return out.validate(op + " output") // the label only on failure (an allocation per op otherwise)
 	}
 	if out.DType != t.DType || len(out.Data) != len(t.Data) {
 		return fmt.Errorf("%w: %s: the output (%v, %d bytes) does not match the input (%v, %d bytes)",

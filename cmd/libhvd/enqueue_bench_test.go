@@ -1,0 +1,79 @@
+package main
+
+import (
+	"strconv"
+	"testing"
+	"unsafe"
+
+	"github.com/hvdorg/hvd/sdk"
+)
+
+// BenchmarkCEnqueueBatch: the C ABI's per-op path of a batch of 200 in-place
+// async allreduces of 4 KiB (implAllreduceAsync, then one implWaitReap for
+// all), one rank in this process: the library's own cost per op beside
+// the Go SDK's (BenchmarkGoEnqueueBatch), without the cgo crossing.
+func BenchmarkCEnqueueBatch(b *testing.B) {
+	if _, err := implInit(nil, nil, nil, false); err != nil {
+		b.Fatal(err)
+	}
+	defer implShutdown()
+	bufs, names := batch()
+	shape := []int64{int64(len(bufs[0]))}
+	ids := make([]int64, len(bufs))
+	reaped := make([]int64, len(bufs))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, buf := range bufs {
+			id, err := implAllreduceAsync(unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), int32(sdk.Float32), shape, int32(sdk.Sum), 1, 1, 0, names[j], 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[j] = id
+		}
+		// one rank: every op has completed by then, so all are reaped
+		if n, err := implWaitReap(ids[len(ids)-1], ids, reaped); err != nil || int(n) != len(ids) {
+			b.Fatal(n, err)
+		}
+	}
+}
+
+// BenchmarkGoEnqueueBatch: the same batch through the Go SDK.
+func BenchmarkGoEnqueueBatch(b *testing.B) {
+	if _, err := implInit(nil, nil, nil, false); err != nil {
+		b.Fatal(err)
+	}
+	defer implShutdown()
+	w, err := sdk.Current()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bufs, names := batch()
+	hs := make([]*sdk.Handle, len(bufs))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		for j, buf := range bufs {
+			h, err := w.GlobalProcessSet().AllreduceInPlaceAsync(sdk.TensorOf(buf), sdk.ReduceOptions{Op: sdk.Sum, Name: names[j]})
+			if err != nil {
+				b.Fatal(err)
+			}
+			hs[j] = h
+		}
+		for _, h := range hs {
+			if _, err := h.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func batch() ([][]float32, []string) {
+	bufs := make([][]float32, 200)
+	names := make([]string, len(bufs))
+	for i := range bufs {
+		bufs[i] = make([]float32, 1024)
+		names[i] = "grad." + strconv.Itoa(i)
+	}
+	return bufs, names
+}
