@@ -182,3 +182,54 @@ func TestElasticStoppedWorkerCooldown(t *testing.T) {
 		"hvdrun: elastic: blacklisting host 127.0.0.2 for 2s: its other workers keep running (127.0.0.2:0)")
 	r.finish()
 }
+
+// A worker stopped (SIGSTOP) that no peer reports — every other worker of
+// the world is new to it, so none reports it (TestElasticChaos found a
+// world waiting on such a rank 0 until --elastic-timeout) — is failed by
+// the driver itself once it has been stopped for HOROVOD_GLOO_TIMEOUT_SECONDS
+// + ReportGrace + 1 s; a shorter stop (SIGSTOP then SIGCONT) is no failure.
+func TestElasticStoppedWorkerNobodyReports(t *testing.T) {
+	r := elasticJob(t)
+	r.environ = append(r.environ, "HOROVOD_GLOO_TIMEOUT_SECONDS=1")
+	r.hosts("localhost:1", "127.0.0.2:1", "127.0.0.3:1")
+	r.start("-np", "3", "--min-np", "2", "--host-discovery-script", r.discovery())
+	r.waitLog("localhost:0 0 0 3 0 0", "127.0.0.2:0 0 1 3 1 0", "127.0.0.3:0 0 2 3 2 0")
+	const limit = time.Second + ReportGrace + time.Second
+
+	// stopped for less than the limit: still in the world
+	brief := r.pid("127.0.0.3:0", 0)
+	if err := syscall.Kill(brief, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(limit - time.Second)
+	if err := syscall.Kill(brief, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(limit)
+	for _, s := range r.published() {
+		if s == "elastic/epoch=1" {
+			t.Fatalf("a worker stopped for %v (under the %v limit) was failed:\n%s", limit-time.Second, limit, r.stderr.String())
+		}
+	}
+
+	// stopped for good, reported by nobody: failed after the limit
+	stoppedPid := r.pid("localhost:0", 0)
+	if err := syscall.Kill(stoppedPid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stoppedAt := time.Now()
+	r.waitPublished("epoch=1")
+	if took := time.Since(stoppedAt); took < limit {
+		t.Errorf("the stopped worker was failed %v after SIGSTOP, before the %v limit", took, limit)
+	}
+	r.checkWorld(1, "127.0.0.2:0 127.0.0.3:0", "localhost:0")
+	assertGoneWithin(t, 5*time.Second, stoppedPid)
+	r.cmd("all", "exit 0")
+	if err := r.wait(); err != nil {
+		t.Fatalf("Run = %v\nstderr:\n%s", err, r.stderr.String())
+	}
+	mustContain(t, "stderr", r.stderr.String(),
+		"hvdrun: elastic: worker localhost:0 (rank 0 of world 0) is stopped (SIGSTOP) and has been for ",
+		"hvdrun: elastic: blacklisting host localhost")
+	r.finish()
+}

@@ -71,6 +71,12 @@ type elasticDriver struct {
 	// reportSeen: when the driver first saw each failure report of the
 	// current world (elastic/failed.<N>.<reporter>); cleared by publish.
 	reportSeen map[string]time.Time
+	// stoppedSince: since when each local worker process of the world (by
+	// pid) has been seen stopped by a signal; checkStopped fails one past
+	// stoppedLimit. stoppedAt: the last check.
+	stoppedSince map[int]time.Time
+	stoppedAt    time.Time
+	stoppedLimit time.Duration
 
 	discOK      time.Time // last successful discovery
 	discFailing bool
@@ -101,7 +107,8 @@ func (j *Job) runElastic(ctx context.Context) error {
 		j: j, p: p, secretHex: hex.EncodeToString(secret), stdout: stdout, stderr: stderr,
 		byPgid: map[int]*eWorker{}, byID: map[string]*eWorker{},
 		bl:    NewBlacklist(p.CooldownMin, p.CooldownMax, p.Rand),
-		avail: map[string]int{}, reportSeen: map[string]time.Time{},
+		avail: map[string]int{}, reportSeen: map[string]time.Time{}, stoppedSince: map[int]time.Time{},
+		stoppedLimit: glooTimeout(j) + ReportGrace + time.Second,
 	}
 	if j.Opts.OutputDir != "" {
 		if err := os.MkdirAll(j.Opts.OutputDir, 0o755); err != nil {
@@ -273,6 +280,10 @@ func (d *elasticDriver) onTick(now time.Time) {
 		return
 	}
 	d.checkReports(now)
+	if d.ending {
+		return
+	}
+	d.checkStopped(now)
 	if d.ending {
 		return
 	}
@@ -774,6 +785,72 @@ func (d *elasticDriver) checkReports(now time.Time) {
 		return // the world has changed (or the job ended): the rest is about the old one
 	}
 	d.checkPartition(now, prefix, reports)
+}
+
+// glooTimeout is the workers' HOROVOD_GLOO_TIMEOUT_SECONDS: how long a
+// collective or a rendezvous waits for a live rank that sends nothing
+// (--gloo-timeout-seconds, then -x, then hvdrun's environment; default 30 s).
+func glooTimeout(j *Job) time.Duration {
+	v := ""
+	if j.Opts.GlooTimeout != nil {
+		v = strconv.Itoa(*j.Opts.GlooTimeout)
+	} else if x, ok := lookupKV(j.Extra, "HOROVOD_GLOO_TIMEOUT_SECONDS"); ok {
+		v = x
+	} else if x, ok := lookupEnv(j.rt.Environ, "HOROVOD_GLOO_TIMEOUT_SECONDS"); ok {
+		v = x
+	}
+	if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 && f < 1e6 {
+		return time.Duration(f * float64(time.Second))
+	}
+	return 30 * time.Second
+}
+
+// checkStopped fails a worker of the current world that has been stopped
+// by a signal (SIGSTOP: state T, seen on this machine only) for longer than
+// HOROVOD_GLOO_TIMEOUT_SECONDS + ReportGrace + 1 s, as checkReports fails a
+// reported one. Its peers report it when a collective or the world's
+// rendezvous waits on it, but only those that knew it in the world they
+// left do (docs/elastic.md, "Failures"): when every other worker is new to
+// it (a world formed while hosts came and went), nobody did, and the
+// world waited for it until --elastic-timeout (TestElasticChaos found it).
+// Checked every half second.
+func (d *elasticDriver) checkStopped(now time.Time) {
+	if d.world == nil || d.finishing || now.Sub(d.stoppedAt) < 500*time.Millisecond {
+		return
+	}
+	d.stoppedAt = now
+	seen := map[int]bool{}
+	for _, s := range d.world {
+		w := d.byID[WorkerID(s)]
+		if w == nil || !d.alive(w) || w.proc.cmd.Process == nil {
+			continue
+		}
+		pid := w.proc.cmd.Process.Pid
+		if !stopped(pid) {
+			continue
+		}
+		seen[pid] = true
+		since, ok := d.stoppedSince[pid]
+		if !ok {
+			d.stoppedSince[pid] = now
+			continue
+		}
+		if now.Sub(since) < d.stoppedLimit {
+			continue
+		}
+		what := fmt.Sprintf("worker %s (rank %d of world %d) is stopped (SIGSTOP) and has been for %v, longer than HOROVOD_GLOO_TIMEOUT_SECONDS lets its peers wait; stopping it",
+			w.id, d.rankOf(w.id), d.epoch, now.Sub(since).Round(100*time.Millisecond))
+		w.failure = &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + what}
+		delete(d.stoppedSince, pid)
+		d.stop(w, now)
+		d.workerFailed(w, what, now, false)
+		return // the world has changed (or the job ended)
+	}
+	for pid := range d.stoppedSince {
+		if !seen[pid] {
+			delete(d.stoppedSince, pid) // running again, or no longer in the world
+		}
+	}
 }
 
 // checkPartition acts on mutual reports (DecidePartition): once every

@@ -43,6 +43,16 @@ func lookupEnv(environ []string, key string) (string, bool) {
 	return "", false
 }
 
+// lookupKV finds key in kvs (last one wins).
+func lookupKV(kvs []KV, key string) (string, bool) {
+	for i := len(kvs) - 1; i >= 0; i-- {
+		if kvs[i].Key == key {
+			return kvs[i].Value, true
+		}
+	}
+	return "", false
+}
+
 // ExtraEnv resolves the -x arguments against hvdrun's environment: "VAR=v"
 // gives v, "VAR" gives hvdrun's value of VAR. A bare VAR that hvdrun does not
 // have is an error (ErrConfig), since a silently missing variable on a remote
