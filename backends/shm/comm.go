@@ -191,10 +191,14 @@ type Comm struct {
 	probe   []uint64
 	pin     []byte // the buffer peers may read (keeps it alive until the op ends)
 	kicked  atomic.Bool
-	broken  atomic.Pointer[backends.PeerError]
-	closing atomic.Bool
-	mu      sync.Mutex   // held by every collective; Close waits for it
-	bellMu  sync.RWMutex // Kick vs. unmapping
+	// kickWoke: a Kick has made the futex call since Idle last got ready
+	// to sleep (Idle clears it after its last look at kicked): later Kicks
+	// only ring the bell until Idle runs again.
+	kickWoke atomic.Bool
+	broken   atomic.Pointer[backends.PeerError]
+	closing  atomic.Bool
+	mu       sync.Mutex   // held by every collective; Close waits for it
+	bellMu   sync.RWMutex // Kick vs. unmapping
 	// Point-to-point ops do not take mu: a send to one rank, a receive
 	// from another and a collective may run at once (from different
 	// goroutines). p2pMu is held shared by each of them so Close can wait

@@ -178,6 +178,11 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 		if c.kicked.Swap(false) {
 			return false, nil
 		}
+		// From here a Kick (kicked set after the Swap above, the bell
+		// rung after v) finds kickWoke false and wakes this sleep; one
+		// that found it true rang the bell after v, before this sleep,
+		// which then does not block.
+		c.kickWoke.Store(false)
 		d := sleepSlice * 20
 		if timeout >= 0 {
 			d = min(d, time.Until(deadline))
@@ -214,7 +219,11 @@ func (c *Comm) Kick() {
 	ctl := c.ctl(c.rank)
 	bell := c.seg.u32(ctl + ctlBell)
 	bell.Add(1)
-	if c.seg.u32(ctl+ctlSleeping).Load() != 0 {
+	// One futex call per sleep of Idle: on a core shared with the caller,
+	// the woken engine may not run until the caller's burst of Enqueues is
+	// over, and each of them made a futex call meanwhile (up to 70 per
+	// 200-op batch from hvd.torch, issue 27).
+	if c.seg.u32(ctl+ctlSleeping).Load() != 0 && c.kickWoke.CompareAndSwap(false, true) {
 		futexWake(bell)
 	}
 }

@@ -207,6 +207,36 @@ func TestIdleAndKick(t *testing.T) {
 	}
 }
 
+// Kicks make one futex call per sleep of Idle (kickWoke): no Kick may be
+// lost by it. Each cycle Idle sleeps and one to three Kicks come at a
+// random moment around its start; a lost wake-up would show as an Idle
+// that returns only after its 100 ms sleep.
+func TestKicksWakeEverySleep(t *testing.T) {
+	cs := newComms(t, 2, nil)
+	slow := 0
+	for cycle := 0; cycle < 300; cycle++ {
+		done := make(chan time.Duration)
+		go func() {
+			start := time.Now()
+			if in, err := cs[0].Idle(5 * time.Second); in || err != nil {
+				t.Errorf("cycle %d: kicked idle: %v %v", cycle, in, err)
+			}
+			done <- time.Since(start)
+		}()
+		time.Sleep(time.Duration(cycle%7) * 50 * time.Microsecond)
+		for k := 0; k <= cycle%3; k++ {
+			cs[0].Kick()
+		}
+		if took := <-done; took >= 90*time.Millisecond {
+			slow++
+			t.Logf("cycle %d: Idle returned %v after its kicks", cycle, took)
+		}
+	}
+	if slow > 0 {
+		t.Fatalf("%d of 300 kicked Idles slept until their timeout: a wake-up was lost", slow)
+	}
+}
+
 func TestMessages(t *testing.T) {
 	cs := newComms(t, 3, func(c *Config) { c.SmallBytes = 64 })
 	big := make([]byte, defaultSlotBytes+5)
