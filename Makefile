@@ -66,8 +66,11 @@ python: $(PYBUILD)/hvd/libhvd.so $(PY_SRC) $(PYBUILD)/hvd/torch/.tensorinfo
 # built against the torch $(PYTHON) imports when its C++ headers are there
 # (Debian: libtorch-dev; about 15 s); without it the fast path asks the
 # tensor's Python attributes. The stamp is left only after a build, so a
-# torch installed later is picked up.
-$(PYBUILD)/hvd/torch/.tensorinfo: python/hvd/torch/_tensorinfo.cpp python/build_tensorinfo.py
+# torch installed later is picked up, and it is older than torch's
+# version.py after an upgrade (found without importing torch), which
+# rebuilds it for the new torch.
+TORCH_VERSION_PY = $(shell $(PYTHON) -c 'import importlib.util as u, os; s = u.find_spec("torch"); print(os.path.join(s.submodule_search_locations[0], "version.py") if s else "")' 2>/dev/null)
+$(PYBUILD)/hvd/torch/.tensorinfo: python/hvd/torch/_tensorinfo.cpp python/build_tensorinfo.py $(wildcard $(TORCH_VERSION_PY))
 	@mkdir -p $(@D)
 	@echo "$(PYTHON) python/build_tensorinfo.py $(PYBUILD) $(CXX)"; \
 	$(PYTHON) python/build_tensorinfo.py $(PYBUILD) $(CXX) && touch $@ || \

@@ -18,8 +18,9 @@ def flags():
     """The compiler flags for this Python's torch, or exits NOT_HERE."""
     try:
         import torch
-    except ImportError as e:
-        print('no torch for %s: %s' % (sys.executable, e), file=sys.stderr)
+        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    except Exception as e:  # not installed, or broken
+        print('no usable torch for %s: %s' % (sys.executable, e), file=sys.stderr)
         sys.exit(NOT_HERE)
     d = os.path.dirname(torch.__file__)
     inc, lib = os.path.join(d, 'include'), os.path.join(d, 'lib')
@@ -29,7 +30,7 @@ def flags():
         sys.exit(NOT_HERE)
     return ['-I' + inc, '-I' + os.path.join(inc, 'torch', 'csrc', 'api', 'include'),
             '-I' + sysconfig.get_paths()['include'],
-            '-D_GLIBCXX_USE_CXX11_ABI=%d' % int(torch._C._GLIBCXX_USE_CXX11_ABI),
+            '-D_GLIBCXX_USE_CXX11_ABI=%d' % abi,
             '-L' + lib, '-Wl,-rpath,' + lib, '-lc10', '-ltorch_python']
 
 
@@ -42,7 +43,11 @@ def main():
     out = os.path.join(pkg, 'hvd', 'torch', '_tensorinfo' + sysconfig.get_config_var('EXT_SUFFIX'))
     os.makedirs(os.path.dirname(out), exist_ok=True)
     cmd = [cxx, '-O2', '-shared', '-fPIC', '-std=c++17', '-w', src] + flags() + ['-o', out]
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as e:  # no compiler
+        print('cannot run the C++ compiler %s: %s' % (cxx, e), file=sys.stderr)
+        sys.exit(NOT_HERE)
     if r.returncode != 0:
         sys.stderr.write(' '.join(cmd) + '\n' + r.stdout.decode('utf-8', 'replace'))
         sys.exit(1)

@@ -178,10 +178,8 @@ func (c *Comm) Idle(timeout time.Duration) (bool, error) {
 		if c.kicked.Swap(false) {
 			return false, nil
 		}
-		// From here a Kick (kicked set after the Swap above, the bell
-		// rung after v) finds kickWoke false and wakes this sleep; one
-		// that found it true rang the bell after v, before this sleep,
-		// which then does not block.
+		// From here the first Kick to claim kickWoke rings the bell after
+		// v and wakes this sleep (see Kick).
 		c.kickWoke.Store(false)
 		d := sleepSlice * 20
 		if timeout >= 0 {
@@ -218,12 +216,20 @@ func (c *Comm) Kick() {
 	// a syscall per tensor: a third of a 200-tensor batch's CPU time).
 	ctl := c.ctl(c.rank)
 	bell := c.seg.u32(ctl + ctlBell)
-	bell.Add(1)
 	// One futex call per sleep of Idle: on a core shared with the caller,
 	// the woken engine may not run until the caller's burst of Enqueues is
-	// over, and each of them made a futex call meanwhile (up to 70 per
-	// 200-op batch from hvd.torch, issue 27).
-	if c.seg.u32(ctl+ctlSleeping).Load() != 0 && c.kickWoke.CompareAndSwap(false, true) {
+	// over, and each of them made a futex call meanwhile (up to 120 per
+	// 200-op batch from hvd.torch, issue 27). The claim comes before the
+	// ring: a Kick that claims after Idle cleared kickWoke rings after
+	// Idle read the bell, so that sleep does not block or is woken here;
+	// one whose claim fails rings too, but the claimer's ring and wake
+	// come after its claim, which is after the clearing. (Ringing first
+	// lost a wake-up: a Kick that rang before Idle read the bell and
+	// claimed after Idle cleared the flag woke nobody and kept the next
+	// Kicks from waking the sleep that followed.)
+	wake := c.seg.u32(ctl+ctlSleeping).Load() != 0 && c.kickWoke.CompareAndSwap(false, true)
+	bell.Add(1)
+	if wake {
 		futexWake(bell)
 	}
 }

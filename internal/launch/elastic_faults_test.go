@@ -212,6 +212,22 @@ func TestElasticStoppedWorkerNobodyReports(t *testing.T) {
 		}
 	}
 
+	// the whole job paused past the limit, then continued: no failure
+	all := []int{r.pid("localhost:0", 0), r.pid("127.0.0.2:0", 0), r.pid("127.0.0.3:0", 0)}
+	for _, pid := range all {
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	time.Sleep(limit + time.Second)
+	for _, pid := range all {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+	time.Sleep(time.Second)
+	for _, s := range r.published() {
+		if s == "elastic/epoch=1" {
+			t.Fatalf("a job paused as a whole (every worker stopped for %v) lost a worker:\n%s", limit+time.Second, r.stderr.String())
+		}
+	}
+
 	// stopped for good, reported by nobody: failed after the limit
 	stoppedPid := r.pid("localhost:0", 0)
 	if err := syscall.Kill(stoppedPid, syscall.SIGSTOP); err != nil {
@@ -232,4 +248,31 @@ func TestElasticStoppedWorkerNobodyReports(t *testing.T) {
 		"hvdrun: elastic: worker localhost:0 (rank 0 of world 0) is stopped (SIGSTOP) and has been for ",
 		"hvdrun: elastic: blacklisting host localhost")
 	r.finish()
+}
+
+// How long the driver lets a worker stay stopped: the peers' wait
+// (HOROVOD_GLOO_TIMEOUT_SECONDS from the flag, -x or the environment, or a
+// longer HVD_COLLECTIVE_TIMEOUT_SECONDS; never when that is 0) + 3 s.
+func TestStoppedLimit(t *testing.T) {
+	three := 3
+	for _, c := range []struct {
+		flag    *int
+		extra   []KV
+		environ []string
+		want    time.Duration
+	}{
+		{want: 33 * time.Second},
+		{flag: &three, environ: []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=9"}, want: 6 * time.Second},
+		{environ: []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=5"}, want: 8 * time.Second},
+		{extra: []KV{{"HOROVOD_GLOO_TIMEOUT_SECONDS", "2.5"}}, environ: []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=5"}, want: 5500 * time.Millisecond},
+		{environ: []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=5", "HVD_COLLECTIVE_TIMEOUT_SECONDS=60"}, want: 63 * time.Second},
+		{environ: []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=5", "HVD_COLLECTIVE_TIMEOUT_SECONDS=1"}, want: 8 * time.Second},
+		{environ: []string{"HVD_COLLECTIVE_TIMEOUT_SECONDS=0"}, want: 0},
+		{environ: []string{"HOROVOD_GLOO_TIMEOUT_SECONDS=junk"}, want: 33 * time.Second},
+	} {
+		j := &Job{Opts: &Options{GlooTimeout: c.flag}, Extra: c.extra, rt: Runtime{Environ: c.environ}}
+		if got := stoppedLimit(peerWait(j)); got != c.want {
+			t.Errorf("flag %v -x %v env %v: limit %v, want %v", c.flag, c.extra, c.environ, got, c.want)
+		}
+	}
 }

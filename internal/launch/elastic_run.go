@@ -108,7 +108,7 @@ func (j *Job) runElastic(ctx context.Context) error {
 		byPgid: map[int]*eWorker{}, byID: map[string]*eWorker{},
 		bl:    NewBlacklist(p.CooldownMin, p.CooldownMax, p.Rand),
 		avail: map[string]int{}, reportSeen: map[string]time.Time{}, stoppedSince: map[int]time.Time{},
-		stoppedLimit: glooTimeout(j) + ReportGrace + time.Second,
+		stoppedLimit: stoppedLimit(peerWait(j)),
 	}
 	if j.Opts.OutputDir != "" {
 		if err := os.MkdirAll(j.Opts.OutputDir, 0o755); err != nil {
@@ -787,48 +787,80 @@ func (d *elasticDriver) checkReports(now time.Time) {
 	d.checkPartition(now, prefix, reports)
 }
 
-// glooTimeout is the workers' HOROVOD_GLOO_TIMEOUT_SECONDS: how long a
-// collective or a rendezvous waits for a live rank that sends nothing
-// (--gloo-timeout-seconds, then -x, then hvdrun's environment; default 30 s).
-func glooTimeout(j *Job) time.Duration {
-	v := ""
+// peerWait is how long the workers wait for a live peer that sends
+// nothing before they fail and report it: HOROVOD_GLOO_TIMEOUT_SECONDS (the
+// rendezvous, and collectives by default) or HVD_COLLECTIVE_TIMEOUT_SECONDS
+// when longer; 0 when the collective timeout is 0 (never). Each comes from
+// --gloo-timeout-seconds (the gloo one), then -x, then hvdrun's
+// environment; the gloo default is 30 s.
+func peerWait(j *Job) time.Duration {
+	seconds := func(key string) (float64, bool) {
+		v, ok := lookupKV(j.Extra, key)
+		if !ok {
+			v, ok = lookupEnv(j.rt.Environ, key)
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		return f, ok && err == nil && f >= 0 && f < 1e6
+	}
+	gloo := 30.0
 	if j.Opts.GlooTimeout != nil {
-		v = strconv.Itoa(*j.Opts.GlooTimeout)
-	} else if x, ok := lookupKV(j.Extra, "HOROVOD_GLOO_TIMEOUT_SECONDS"); ok {
-		v = x
-	} else if x, ok := lookupEnv(j.rt.Environ, "HOROVOD_GLOO_TIMEOUT_SECONDS"); ok {
-		v = x
+		gloo = float64(*j.Opts.GlooTimeout)
+	} else if f, ok := seconds("HOROVOD_GLOO_TIMEOUT_SECONDS"); ok && f > 0 {
+		gloo = f
 	}
-	if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && f > 0 && f < 1e6 {
-		return time.Duration(f * float64(time.Second))
+	wait := gloo
+	if f, ok := seconds("HVD_COLLECTIVE_TIMEOUT_SECONDS"); ok {
+		if f == 0 {
+			return 0
+		}
+		wait = max(wait, f)
 	}
-	return 30 * time.Second
+	return time.Duration(wait * float64(time.Second))
+}
+
+// stoppedLimit is how long checkStopped lets a worker stay stopped: the
+// peers' wait (peerWait) + ReportGrace + 1 s, so that their report, when one
+// comes, is acted on first; 0 (never) when the peers wait forever.
+func stoppedLimit(wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
+	return wait + ReportGrace + time.Second
 }
 
 // checkStopped fails a worker of the current world that has been stopped
-// by a signal (SIGSTOP: state T, seen on this machine only) for longer than
-// HOROVOD_GLOO_TIMEOUT_SECONDS + ReportGrace + 1 s, as checkReports fails a
-// reported one. Its peers report it when a collective or the world's
+// by a signal (SIGSTOP, SIGTSTP: state T, seen on this machine only; not a
+// debugger's tracing stop) for longer than stoppedLimit, as checkReports
+// fails a reported one. When every live worker of the world is stopped
+// (the whole job paused, to be continued), none is. Its peers report it when a collective or the world's
 // rendezvous waits on it, but only those that knew it in the world they
 // left do (docs/elastic.md, "Failures"): when every other worker is new to
 // it (a world formed while hosts came and went), nobody did, and the
 // world waited for it until --elastic-timeout (TestElasticChaos found it).
 // Checked every half second.
 func (d *elasticDriver) checkStopped(now time.Time) {
-	if d.world == nil || d.finishing || now.Sub(d.stoppedAt) < 500*time.Millisecond {
+	if d.stoppedLimit <= 0 || d.world == nil || d.finishing || now.Sub(d.stoppedAt) < 500*time.Millisecond {
 		return
 	}
 	d.stoppedAt = now
 	seen := map[int]bool{}
+	var stoppedNow []*eWorker
+	live := 0
 	for _, s := range d.world {
 		w := d.byID[WorkerID(s)]
 		if w == nil || !d.alive(w) || w.proc.cmd.Process == nil {
 			continue
 		}
-		pid := w.proc.cmd.Process.Pid
-		if !stopped(pid) {
-			continue
+		live++
+		if stoppedState(w.proc.cmd.Process.Pid, false) {
+			stoppedNow = append(stoppedNow, w)
 		}
+	}
+	if len(stoppedNow) == live {
+		stoppedNow = nil // all paused (or none): nobody waits on anybody
+	}
+	for _, w := range stoppedNow {
+		pid := w.proc.cmd.Process.Pid
 		seen[pid] = true
 		since, ok := d.stoppedSince[pid]
 		if !ok {
@@ -838,7 +870,7 @@ func (d *elasticDriver) checkStopped(now time.Time) {
 		if now.Sub(since) < d.stoppedLimit {
 			continue
 		}
-		what := fmt.Sprintf("worker %s (rank %d of world %d) is stopped (SIGSTOP) and has been for %v, longer than HOROVOD_GLOO_TIMEOUT_SECONDS lets its peers wait; stopping it",
+		what := fmt.Sprintf("worker %s (rank %d of world %d) is stopped (SIGSTOP) and has been for %v, longer than its peers wait for a live rank (HOROVOD_GLOO_TIMEOUT_SECONDS); stopping it",
 			w.id, d.rankOf(w.id), d.epoch, now.Sub(since).Round(100*time.Millisecond))
 		w.failure = &ExitError{Code: 1, Rank: -1, Reason: "elastic: " + what}
 		delete(d.stoppedSince, pid)
@@ -918,13 +950,17 @@ func exiting(pid int) bool {
 // is stopped by a signal (SIGSTOP, SIGTSTP: state T in /proc): it is alive
 // but will not answer until it gets SIGCONT. False for a remote worker
 // (pid is its ssh, which runs).
-func stopped(pid int) bool {
+func stopped(pid int) bool { return stoppedState(pid, true) }
+
+// stoppedState is stopped; tracing: a tracing stop (state t: a debugger's
+// breakpoint) counts too.
+func stoppedState(pid int, tracing bool) bool {
 	for depth := 0; depth < 4; depth++ {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			return false
 		}
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || tracing && b[i+2] == 't') {
 			return true
 		}
 		kids, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children")

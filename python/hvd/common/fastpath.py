@@ -29,10 +29,15 @@ def load(handle_map, tensor_type, param_type, pset_type, dtypes, strided, ops, a
     def addr(f):
         return ctypes.cast(f, ctypes.c_void_p).value
 
-    _fastpath.setup(addr(lib.hvd_allreduce_async), addr(lib.hvd_allreduce), addr(lib.hvd_wait),
-                    addr(lib.hvd_release), addr(lib.hvd_wait_reap), handle_map, handles.reaped, tensor_type,
-                    param_type, pset_type, dict(dtypes), strided, tuple(ops), int(average),
-                    *(tensor_info or (None, ())))
+    args = (addr(lib.hvd_allreduce_async), addr(lib.hvd_allreduce), addr(lib.hvd_wait), addr(lib.hvd_release),
+            addr(lib.hvd_wait_reap), handle_map, handles.reaped, tensor_type, param_type, pset_type, dict(dtypes),
+            strided, tuple(ops), int(average))
+    try:
+        _fastpath.setup(*args, *(tensor_info or (None, ())))
+    except (TypeError, ValueError):
+        if tensor_info is None:
+            raise
+        _fastpath.setup(*args)  # a reader it cannot take: the tensors' attributes then
     handles.set_fast(_fastpath)
     return _fastpath
 

@@ -279,6 +279,8 @@ def _tensor_info():
         if d is None:
             return None
         codes[d[0]] = code
+    if len(codes) != len(DTYPES):
+        return None  # two dtypes read as one scalar type
     base = torch.arange(24, dtype=torch.float64).reshape(4, 6)
     samples = [base, base[1:], base[:, 2:], base.t(), torch.tensor(3.0), torch.zeros(0, 3),
                torch.nn.Parameter(torch.ones(2, 2)), torch.ones(2, 3, dtype=torch.int16)[1],
