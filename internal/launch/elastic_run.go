@@ -832,12 +832,12 @@ func stoppedLimit(wait time.Duration) time.Duration {
 // by a signal (SIGSTOP, SIGTSTP: state T, seen on this machine only; not a
 // debugger's tracing stop) for longer than stoppedLimit, as checkReports
 // fails a reported one. When every live worker of the world is stopped
-// (the whole job paused, to be continued), none is. Its peers report it when a collective or the world's
-// rendezvous waits on it, but only those that knew it in the world they
-// left do (docs/elastic.md, "Failures"): when every other worker is new to
-// it (a world formed while hosts came and went), nobody did, and the
-// world waited for it until --elastic-timeout (TestElasticChaos found it).
-// Checked every half second.
+// (the whole job paused, to be continued), none is. Its peers report it
+// when a collective or the world's rendezvous waits on it, but only those
+// that knew it in the world they left do (docs/elastic.md, "Failures"):
+// when every other worker is new to it (a world formed while hosts came
+// and went), nobody did, and the world waited for it until
+// --elastic-timeout (TestElasticChaos found it). Checked every half second.
 func (d *elasticDriver) checkStopped(now time.Time) {
 	if d.stoppedLimit <= 0 || d.world == nil || d.finishing || now.Sub(d.stoppedAt) < 500*time.Millisecond {
 		return

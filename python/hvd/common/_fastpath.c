@@ -548,18 +548,16 @@ static int param_index(PyObject *k) {
 }
 
 static PyObject *entry_fallback(Entry *e, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    if (e->fallback == NULL) { /* cleared by the collector */
-        PyErr_SetString(PyExc_TypeError, "_fastpath.entry: called after it was cleared");
-        return NULL;
-    }
     return PyObject_Vectorcall(e->fallback, args, nargsf, kwnames);
 }
 
 static PyObject *entry_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Entry *e = (Entry *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (e->fallback == NULL || e->default_pset == NULL || e->raise_refused == NULL)
-        return entry_fallback(e, args, nargsf, kwnames); /* cleared: raises */
+    if (e->fallback == NULL) { /* cleared by the collector (entry_clear clears every field) */
+        PyErr_SetString(PyExc_TypeError, "_fastpath.entry: called after it was cleared");
+        return NULL;
+    }
     if (e->kind == K_SYNCHRONIZE) {
         if (nargs == 1 && kwnames == NULL) {
             PyObject *r = synchronize(NULL, args[0]);

@@ -15,6 +15,7 @@ The device-to-host copy synchronizes with the tensor's stream, so kernels
 that produced it have finished. docs/gpu.md says what a GPU has run.
 """
 import os
+import re
 
 import numpy as _np
 import torch
@@ -241,20 +242,10 @@ def _fast_args(tensor, average, op, prescale_factor, postscale_factor, process_s
     return code, op, float(prescale_factor), float(postscale_factor), pid
 
 
-# The tensor types the C path takes (not a subclass).
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-
 def _torch_release(version):
     """(major, minor, patch) of a torch version string ('1.13.0a0+git...')."""
-    parts = []
-    for p in version.split('+')[0].split('.')[:3]:
-        digits = ''
-        for ch in p:
-            if not ch.isdigit():
-                break
-            digits += ch
-        parts.append(int(digits or 0))
-    return tuple(parts + [0] * (3 - len(parts)))
+    m = re.match(r'(\d+)(?:\.(\d+))?(?:\.(\d+))?', version)
+    return tuple(int(x or 0) for x in m.groups()) if m else (0, 0, 0)
 
 
 def _tensor_info():
