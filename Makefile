@@ -107,7 +107,8 @@ proto:
 # (hvd/common/_fastpath.c) and torch's C++ headers for its tensor reader
 # (hvd/torch/_tensorinfo.cpp), when $(PYTHON) lacks them.
 torch:
-	@$(PYTHON) -c 'import os, sys, sysconfig, torch, numpy, pytest; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")) or not os.path.exists(os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "autograd", "python_variable.h")))' 2>/dev/null || { \
+	@{ $(PYTHON) -c 'import os, sys, sysconfig, torch, numpy, pytest; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' && \
+	  $(PYTHON) python/build_tensorinfo.py --check; } 2>/dev/null || { \
 	  echo "installing python3-torch python3-numpy python3-pytest python3-dev libtorch-dev with apt-get"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3-torch python3-numpy python3-pytest python3-dev libtorch-dev >/dev/null; }

@@ -1,7 +1,8 @@
 """Builds hvd/torch/_tensorinfo.cpp (the C fast path's reader of torch's
 tensors) into PKGDIR/hvd/torch/ for the torch this Python imports:
 `python3 python/build_tensorinfo.py PKGDIR [CXX]` (`make python` and the
-e2e tests run it).
+e2e tests run it). `--check` instead of PKGDIR only says whether it can be
+built here (`make torch` and .ci/run install libtorch-dev when not).
 
 Exit status 0: built; 3: not possible here (torch not importable, or its
 C++ headers missing: Debian's libtorch-dev), with the reason on stderr; any
@@ -37,6 +38,9 @@ def flags():
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
+    if sys.argv[1] == '--check':
+        flags()  # exits NOT_HERE when it cannot be built
+        return
     pkg = sys.argv[1]
     cxx = sys.argv[2] if len(sys.argv) == 3 else os.environ.get('CXX', 'c++')
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'hvd', 'torch', '_tensorinfo.cpp')
