@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"strconv"
 	"testing"
 	"unsafe"
@@ -36,6 +37,46 @@ func BenchmarkCEnqueueBatch(b *testing.B) {
 			b.Fatal(n, err)
 		}
 	}
+}
+
+// BenchmarkCEnqueueBatchLockedThread: BenchmarkCEnqueueBatch from a
+// goroutine locked to its OS thread, as a C caller's (a Python thread) is:
+// under one processor, the engine's goroutine then runs on another thread,
+// and the processor passes between the two threads through the kernel
+// instead of between goroutines of one thread. Its excess over
+// BenchmarkCEnqueueBatch is that cost alone, without Python or the cgo
+// crossing (issue 27).
+func BenchmarkCEnqueueBatchLockedThread(b *testing.B) {
+	if _, err := implInit(nil, nil, nil, false); err != nil {
+		b.Fatal(err)
+	}
+	defer implShutdown()
+	bufs, names := batch()
+	shape := []int64{int64(len(bufs[0]))}
+	ids := make([]int64, len(bufs))
+	reaped := make([]int64, len(bufs))
+	done := make(chan struct{})
+	b.ResetTimer()
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		for i := 0; i < b.N; i++ {
+			for j, buf := range bufs {
+				id, err := implAllreduceAsync(unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), int32(sdk.Float32), shape, int32(sdk.Sum), 1, 1, 0, names[j], 0)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				ids[j] = id
+			}
+			if n, err := implWaitReap(ids[len(ids)-1], ids, reaped); err != nil || int(n) != len(ids) {
+				b.Error(n, err)
+				return
+			}
+		}
+	}()
+	<-done
 }
 
 // BenchmarkGoEnqueueBatch: the same batch through the Go SDK.

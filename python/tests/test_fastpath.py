@@ -363,6 +363,51 @@ def test_entries_are_c_forms_of_the_python_functions():
         assert name in repr(f)
 
 
+def test_entries_bind_and_are_weakly_referenced_as_functions():
+    """What a function allows and code around Horovod relies on: a weak
+    reference (dropped with the entry), and binding as a method (read from
+    an instance, the entry receives the instance as its first argument;
+    read from the class, it is itself)."""
+    import gc
+    import inspect
+    import weakref
+    _c_only()
+    for name in ENTRIES:
+        f = getattr(hvd, name)
+        assert weakref.ref(f)() is f
+    calls = []
+
+    def fallback(*args, **kwargs):
+        calls.append((args, kwargs))
+        return 'fallback'
+
+    e = tensors._fp.entry('allreduce_async_', fallback, hvd.global_process_set, fallback)
+    dropped = []
+    r = weakref.ref(e, lambda _: dropped.append(True))
+
+    class Holder:
+        f = e
+
+    assert Holder.f is e
+    h = Holder()
+    assert inspect.ismethod(h.f) and h.f.__self__ is h and h.f.__func__ is e
+    assert h.f(name='x') == 'fallback' and calls == [((h,), {'name': 'x'})]
+    del Holder, h, e, calls[:]
+    gc.collect()
+    assert r() is None and dropped == [True]
+
+    class Grad(torch.Tensor):
+        reduce_ = hvd.allreduce_
+        reduce_async_ = hvd.allreduce_async_
+
+    g = _x(8).as_subclass(Grad)
+    assert g.reduce_(op=hvd.Max, name='fp.entry.bound') is g
+    torch.testing.assert_close(g.as_subclass(torch.Tensor), _expected(8, torch.float32, hvd.Max))
+    g = _x(9).as_subclass(Grad)
+    assert hvd.synchronize(g.reduce_async_(op=hvd.Sum, name='fp.entry.bound.async')) is g
+    torch.testing.assert_close(g.as_subclass(torch.Tensor), _expected(9, torch.float32, hvd.Sum))
+
+
 def test_entries_take_horovods_argument_forms():
     """Every way of passing Horovod's arguments gives the same result;
     what the signature refuses raises the Python function's TypeError."""

@@ -522,6 +522,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *dict; /* __name__, __doc__, __wrapped__, ... */
+    PyObject *weaklist;
     PyObject *fallback, *default_pset, *raise_refused;
     int kind;
 } Entry;
@@ -624,8 +625,20 @@ static int entry_clear(PyObject *self) {
 
 static void entry_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
+    if (((Entry *)self)->weaklist != NULL)
+        PyObject_ClearWeakRefs(self);
     entry_clear(self);
     PyObject_GC_Del(self);
+}
+
+/* As a function: a class attribute binds to the instance it is read from
+ * (a method whose first argument is the instance). */
+static PyObject *entry_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
 }
 
 /* Pickled by reference (its __name__ in its __module__), as a function. */
@@ -663,7 +676,9 @@ static PyTypeObject EntryType = {
     .tp_repr = entry_repr,
     .tp_getattro = PyObject_GenericGetAttr,
     .tp_setattro = PyObject_GenericSetAttr,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_descr_get = entry_get,
+    .tp_weaklistoffset = offsetof(Entry, weaklist),
     .tp_traverse = entry_traverse,
     .tp_clear = entry_clear,
     .tp_methods = entry_methods,
@@ -693,6 +708,7 @@ static PyObject *entry(PyObject *self, PyObject *args) {
         return NULL;
     e->vectorcall = entry_call;
     e->dict = NULL;
+    e->weaklist = NULL;
     e->kind = k;
     Py_INCREF(fallback);
     e->fallback = fallback;
