@@ -6,7 +6,11 @@ Run under hvdrun (see run.sh); prints the median step time per round.
 --per-tensor adds a third optimizer in the same processes: hvd's with
 bucket_bytes=0 (each gradient launched from its hook, as before issue 27).
 --impl horovod runs real Horovod's DistributedOptimizer instead of hvd's,
-under horovodrun (bench/python/step_vs_horovod.sh)."""
+under horovodrun (bench/python/step_vs_horovod.sh).
+
+--local adds the same step without communication (a plain optimizer on a
+copy of the model, each rank on its own data): the floor no distributed
+optimizer's step can go below on this machine."""
 import argparse
 import copy
 import statistics
@@ -22,6 +26,7 @@ p.add_argument('--steps', type=int, default=200)
 p.add_argument('--rounds', type=int, default=3)
 p.add_argument('--batch', type=int, default=64)
 p.add_argument('--per-tensor', action='store_true', help="also hvd's optimizer with bucket_bytes=0")
+p.add_argument('--local', action='store_true', help='also the step without communication (the floor)')
 p.add_argument('--impl', choices=('hvd', 'horovod'), default='hvd')
 p.add_argument('--model', choices=('mlp', 'resnet18'), default='mlp',
                help="resnet18: torchvision's (python3-torchvision), 10 classes, --image-size images, as Horovod's "
@@ -53,6 +58,9 @@ if args.per_tensor:
     m_pt = copy.deepcopy(base)
     o_pt = hvd.DistributedOptimizer(torch.optim.SGD(m_pt.parameters(), lr=0.01), named_parameters=m_pt.named_parameters(),
                                     bucket_bytes=0)
+if args.local:
+    m_loc = copy.deepcopy(base)
+    o_loc = torch.optim.SGD(m_loc.parameters(), lr=0.01)
 m_ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(base), broadcast_buffers=False)
 o_ddp = torch.optim.SGD(m_ddp.parameters(), lr=0.01)
 
@@ -65,11 +73,15 @@ label = args.impl
 res = {label: [], 'ddp': []}
 if args.per_tensor:
     res['hvd-per-tensor'] = []
+if args.local:
+    res['local'] = []
 for r in range(args.rounds):
     res[label].append(timed(m_hvd, o_hvd))
     res['ddp'].append(timed(m_ddp, o_ddp))
     if args.per_tensor:
         res['hvd-per-tensor'].append(timed(m_pt, o_pt))
+    if args.local:
+        res['local'].append(timed(m_loc, o_loc))
 # the two models took identical steps on identical data: same parameters
 same = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(m_hvd.parameters(), m_ddp.module.parameters()))
 if rank == 0:
@@ -80,6 +92,10 @@ if rank == 0:
     for k in res:
         if k != 'ddp':
             print('ratio %s/ddp (median of rounds): %.2f' % (k, statistics.median(res[k]) / statistics.median(res['ddp'])))
+    if args.local:
+        for k in res:
+            if k != 'local':
+                print('ratio %s/local (median of rounds): %.2f' % (k, statistics.median(res[k]) / statistics.median(res['local'])))
     print('samples/s (all ranks, median of rounds): %s' % ' '.join(
         '%s %.0f' % (k, args.batch * size / (statistics.median(v) * 1e-6)) for k, v in res.items()))
     print('%s and ddp parameters equal after training: %s' % (label, same))

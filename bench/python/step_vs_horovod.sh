@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 27's step benchmark: hvd.torch's DistributedOptimizer, the same with
-# bucket_bytes=0 (per-hook launches, as before), torch DDP (gloo) and real
+# bucket_bytes=0 (per-hook launches, as before), the step without
+# communication (--local: the floor), torch DDP (gloo) and real
 # Horovod 0.28.1 (gloo), on step_time.py's model at 5.5 k and 1.07 M
 # parameters (np 2 and 3) and torchvision's ResNet-18 on 32x32 images, batch
 # 16 (np 2; Horovod's synthetic-benchmark shape; python3-torchvision). hvd and DDP share processes (hvdrun); Horovod runs
@@ -31,18 +32,18 @@ for h in ${MODELS:-64 1024 resnet18}; do
   for np in $nps; do
     for r in $(seq "$ROUNDS"); do
       echo "== hidden $h np $np round $r: hvd"
-      bin/hvdrun -np "$np" $PY bench/python/step_time.py "${model[@]}" --steps "$steps" --rounds 3 --per-tensor \
+      bin/hvdrun -np "$np" $PY bench/python/step_time.py "${model[@]}" --steps "$steps" --rounds 3 --per-tensor --local \
         | sed -n 's/^\[0\]<stdout>://p'
       echo "== hidden $h np $np round $r: horovod"
       PYTHONPATH=bench/python HVD_BENCH_DDP_PORT=29541 "$HRUN" --gloo -np "$np" -H "localhost:$np" \
-        "$HPY" bench/python/step_time.py --impl horovod "${model[@]}" --steps "$steps" --rounds 3 2>&1 \
+        "$HPY" bench/python/step_time.py --impl horovod --local "${model[@]}" --steps "$steps" --rounds 3 2>&1 \
         | sed -n 's/^\[0\]<stdout>://p; s/^\[1,0\]<stdout>://p' | grep -v '^$'
       if [ "$np" -le "$(nproc)" ]; then
         # hvdrun binds one rank per core here (--bind-to auto); Horovod's
         # ranks bound the same way, as mpirun would bind them.
         echo "== hidden $h np $np round $r: horovod bound"
         PYTHONPATH=bench/python HVD_BENCH_DDP_PORT=29541 "$HRUN" --gloo -np "$np" -H "localhost:$np" \
-          bench/horovod/bound.sh "$HPY" bench/python/step_time.py --impl horovod "${model[@]}" --steps "$steps" --rounds 3 2>&1 \
+          bench/horovod/bound.sh "$HPY" bench/python/step_time.py --impl horovod --local "${model[@]}" --steps "$steps" --rounds 3 2>&1 \
           | sed -n 's/^\[0\]<stdout>://p; s/^\[1,0\]<stdout>://p' | grep -v '^$'
       fi
     done
