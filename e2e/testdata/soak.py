@@ -1,7 +1,8 @@
 """Soak: mixed collectives, dynamic process-set churn and broadcast_object
 for a fixed time, every result checked, and this rank's memory, file
-descriptors and threads measured after a warm-up and at the end (and
-"SOAK-MID" printed halfway, where the test samples hvdrun). Run under
+descriptors and threads measured after a warm-up (a quarter of the run),
+halfway ("SOAK-MID" printed there, where the test samples hvdrun too) and
+at the end. Run under
 hvdrun -np 3 by e2e/hardening_test.go TestSoak:
 
     soak.py SECONDS
@@ -59,9 +60,10 @@ while True:
         warm['it'] = it
         print('SOAK-WARM', flush=True)
     if not mid and time.time() - start > seconds / 2:
-        mid = True
+        mid = usage()
+        mid['it'] = it
         print('SOAK-MID', flush=True)  # hvdrun is sampled here too
 end = usage()
 end['it'] = it
-print('SOAK ' + json.dumps({'rank': r, 'warm': warm, 'end': end}), flush=True)
+print('SOAK ' + json.dumps({'rank': r, 'warm': warm, 'mid': mid, 'end': end}), flush=True)
 hvd.shutdown()
