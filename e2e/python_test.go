@@ -522,7 +522,10 @@ func TestPythonGoProcessors(t *testing.T) {
 						continue
 					}
 					// A mark may land inside a trace line (the runtime
-					// writes one in pieces): the trace's value comes first.
+					// writes one in pieces): the trace's value comes first,
+					// and one split between "gomaxprocs=" and its digits is
+					// not read (the previous trace's value stands; the
+					// mark's 0.2 s sleep holds several traces).
 					if m := re.FindStringSubmatch(line); m != nil {
 						last = m[1]
 					}

@@ -56,6 +56,7 @@ func BenchmarkCEnqueueBatchLockedThread(b *testing.B) {
 	ids := make([]int64, len(bufs))
 	reaped := make([]int64, len(bufs))
 	done := make(chan struct{})
+	b.ReportAllocs()
 	b.ResetTimer()
 	go func() {
 		defer close(done)

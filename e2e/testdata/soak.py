@@ -29,7 +29,7 @@ r, n = hvd.rank(), hvd.size()
 seconds = float(sys.argv[1])
 start = time.time()
 warm = None
-mid = False
+mid = None
 it = 0
 while True:
     # Rank 0 decides when to stop (every rank makes the same calls).

@@ -363,13 +363,14 @@ def test_entries_are_c_forms_of_the_python_functions():
         assert name in repr(f)
 
 
-def test_entries_bind_and_are_weakly_referenced_as_functions():
+def test_entries_bind_and_are_weakly_referenced_as_functions(monkeypatch):
     """What a function allows and code around Horovod relies on: a weak
     reference (dropped with the entry), and binding as a method (read from
     an instance, the entry receives the instance as its first argument;
     read from the class, it is itself)."""
     import gc
     import inspect
+    import types
     import weakref
     _c_only()
     for name in ENTRIES:
@@ -396,6 +397,25 @@ def test_entries_bind_and_are_weakly_referenced_as_functions():
     gc.collect()
     assert r() is None and dropped == [True]
 
+    # bound to a plain tensor: the C path (no Python code behind it runs),
+    # the tensor as the first argument
+    seen = []
+    coll = type(tensors.collectives)
+    for meth in ('allreduce_async_', 'allreduce_'):
+        def spy(self, *a, _real=getattr(coll, meth), _m=meth, **kw):
+            seen.append(_m)
+            return _real(self, *a, **kw)
+        monkeypatch.setattr(coll, meth, spy)
+    x = _x(10)
+    assert types.MethodType(hvd.allreduce_, x)(op=hvd.Sum, name='fp.entry.bound.plain') is x
+    torch.testing.assert_close(x, _expected(10, torch.float32, hvd.Sum))
+    x = _x(11)
+    assert hvd.synchronize(types.MethodType(hvd.allreduce_async_, x)(None, 'fp.entry.bound.plain.async', hvd.Max)) is x
+    torch.testing.assert_close(x, _expected(11, torch.float32, hvd.Max))
+    assert seen == []
+
+    # bound to a subclass instance (the Python function then runs: the C
+    # path takes plain tensors and Parameters only)
     class Grad(torch.Tensor):
         reduce_ = hvd.allreduce_
         reduce_async_ = hvd.allreduce_async_
@@ -406,6 +426,7 @@ def test_entries_bind_and_are_weakly_referenced_as_functions():
     g = _x(9).as_subclass(Grad)
     assert hvd.synchronize(g.reduce_async_(op=hvd.Sum, name='fp.entry.bound.async')) is g
     torch.testing.assert_close(g.as_subclass(torch.Tensor), _expected(9, torch.float32, hvd.Sum))
+    assert seen == ['allreduce_', 'allreduce_async_']
 
 
 def test_entries_take_horovods_argument_forms():
