@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"runtime"
 	"strconv"
 	"testing"
@@ -14,28 +15,9 @@ import (
 // all), one rank in this process: the library's own cost per op beside
 // the Go SDK's (BenchmarkGoEnqueueBatch), without the cgo crossing.
 func BenchmarkCEnqueueBatch(b *testing.B) {
-	if _, err := implInit(nil, nil, nil, false); err != nil {
+	run := cBatches(b)
+	if err := run(b.N); err != nil {
 		b.Fatal(err)
-	}
-	defer implShutdown()
-	bufs, names := batch()
-	shape := []int64{int64(len(bufs[0]))}
-	ids := make([]int64, len(bufs))
-	reaped := make([]int64, len(bufs))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		for j, buf := range bufs {
-			id, err := implAllreduceAsync(unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), int32(sdk.Float32), shape, int32(sdk.Sum), 1, 1, 0, names[j], 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids[j] = id
-		}
-		// one rank: every op has completed by then, so all are reaped
-		if n, err := implWaitReap(ids[len(ids)-1], ids, reaped); err != nil || int(n) != len(ids) {
-			b.Fatal(n, err)
-		}
 	}
 }
 
@@ -47,45 +29,50 @@ func BenchmarkCEnqueueBatch(b *testing.B) {
 // BenchmarkCEnqueueBatch is that cost alone, without Python or the cgo
 // crossing (issue 27).
 func BenchmarkCEnqueueBatchLockedThread(b *testing.B) {
-	if _, err := implInit(nil, nil, nil, false); err != nil {
+	run := cBatches(b)
+	errc := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		errc <- run(b.N)
+	}()
+	if err := <-errc; err != nil {
 		b.Fatal(err)
 	}
-	defer implShutdown()
+}
+
+// cBatches starts one rank in this process (shut down when b ends) and
+// returns what runs n batches through the C ABI's per-op path, with b's
+// timer reset; it may run on any goroutine.
+func cBatches(b *testing.B) func(n int) error {
+	initOneRank(b)
 	bufs, names := batch()
 	shape := []int64{int64(len(bufs[0]))}
 	ids := make([]int64, len(bufs))
 	reaped := make([]int64, len(bufs))
-	done := make(chan struct{})
 	b.ReportAllocs()
 	b.ResetTimer()
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		for i := 0; i < b.N; i++ {
+	return func(n int) error {
+		for i := 0; i < n; i++ {
 			for j, buf := range bufs {
 				id, err := implAllreduceAsync(unsafe.Pointer(&buf[0]), unsafe.Pointer(&buf[0]), int32(sdk.Float32), shape, int32(sdk.Sum), 1, 1, 0, names[j], 0)
 				if err != nil {
-					b.Error(err)
-					return
+					return err
 				}
 				ids[j] = id
 			}
+			// one rank: every op has completed by then, so all are reaped
 			if n, err := implWaitReap(ids[len(ids)-1], ids, reaped); err != nil || int(n) != len(ids) {
-				b.Error(n, err)
-				return
+				return fmt.Errorf("reaped %d of %d: %v", n, len(ids), err)
 			}
 		}
-	}()
-	<-done
+		return nil
+	}
 }
 
 // BenchmarkGoEnqueueBatch: the same batch through the Go SDK.
 func BenchmarkGoEnqueueBatch(b *testing.B) {
-	if _, err := implInit(nil, nil, nil, false); err != nil {
-		b.Fatal(err)
-	}
-	defer implShutdown()
+	initOneRank(b)
 	w, err := sdk.Current()
 	if err != nil {
 		b.Fatal(err)
@@ -108,6 +95,15 @@ func BenchmarkGoEnqueueBatch(b *testing.B) {
 			}
 		}
 	}
+}
+
+// initOneRank starts the library as one rank in this process, shut down
+// when b ends.
+func initOneRank(b *testing.B) {
+	if _, err := implInit(nil, nil, nil, false); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { implShutdown() })
 }
 
 func batch() ([][]float32, []string) {
