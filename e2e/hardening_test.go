@@ -219,10 +219,9 @@ func TestSoak(t *testing.T) {
 				}
 				t.Logf("rank %d: %d iterations; rss %d → %d → %d KiB, threads %d → %d, fds %d → %d", rep.Rank, rep.End.It,
 					rep.Warm.RSSKB, rep.Mid.RSSKB, rep.End.RSSKB, rep.Warm.Threads, rep.End.Threads, rep.Warm.FDs, rep.End.FDs)
-				if rep.End.It < 3*rep.Warm.It/2 {
-					t.Errorf("rank %d: only %d iterations after a %d-iteration warm-up", rep.Rank, rep.End.It, rep.Warm.It)
-				}
-				if rep.End.It-rep.Mid.It < rep.Mid.It/2 { // the memory check's window must hold work
+				// The memory check's window must hold work (this implies the
+				// threads' and descriptors' window, from the quarter, does).
+				if rep.End.It-rep.Mid.It < rep.Mid.It/2 {
 					t.Errorf("rank %d: only %d iterations after the %d of the first half", rep.Rank, rep.End.It-rep.Mid.It, rep.Mid.It)
 				}
 				if rep.End.RSSKB-rep.Mid.RSSKB > 8<<10 || rep.End.Threads > rep.Warm.Threads+2 || rep.End.FDs > rep.Warm.FDs { // fewer is no leak: a churned set may be open at the warm-up sample
